@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the project needs on a fresh machine (Node, npm and apt; nothing else assumed).
+# Idempotent and quick when nothing changed; `npm start` and `npm test` call it first.
+#   scripts/setup.sh          dependencies (with a supported Node) + the llama-server binary
+#   scripts/setup.sh --test   the same, plus what the tests need from apt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# npm must itself run on a supported Node (>= 22.15), or it warns about every package that needs
+# one. The machine's Node may be older, so npm runs under the Node that package.json pins, fetched
+# from the npm registry; that same Node lands in node_modules/.bin for every npm script.
+node_version="$(sed -n 's/.*"node": *"\([0-9][0-9.]*\)".*/\1/p' package.json | head -n 1)"
+stamp=node_modules/.package-lock.json
+if [ ! -f "$stamp" ] || [ package.json -nt "$stamp" ] || [ package-lock.json -nt "$stamp" ]; then
+  log "installing dependencies with Node $node_version"
+  npx --yes -p "node@$node_version" npm install --no-audit --no-fund
+  touch "$stamp"
+fi

@@ -1,0 +1,41 @@
+import { badRequest } from "../http/errors.ts";
+import { routeTable } from "../http/router.ts";
+import type { FetchHandler } from "../runtime/types.ts";
+import { Int64Param } from "./int64.ts";
+import { fetchAlbumPhotos, UpstreamStatus, type Photo, type PhotoServiceDeps } from "./photos.ts";
+
+export type AlbumDeps = PhotoServiceDeps;
+
+/** The album service: `GET /api/albums/{albumId}` wraps the photo service's photos of that album. */
+export function createAlbumHandler(deps: AlbumDeps): FetchHandler {
+  return routeTable([
+    {
+      method: "GET",
+      // Optional so that an empty id reaches us and gets a 400 rather than a 404.
+      path: "/api/albums/:albumId?",
+      async handle(request) {
+        const albumId = Int64Param.safeParse(request.params.albumId ?? "");
+        if (!albumId.success) throw badRequest("invalid_album_id", "albumId must be a 64-bit integer");
+        try {
+          const photos = await fetchAlbumPhotos(deps, albumId.data, request.signal);
+          return new Response(albumJson(albumId.data, photos), {
+            headers: { "content-type": "application/json" },
+          });
+        } catch (error) {
+          if (error instanceof UpstreamStatus) return new Response(null, { status: error.status });
+          throw error;
+        }
+      },
+    },
+  ]);
+}
+
+// Written by hand because ids are bigints, which JSON.stringify refuses; this also fixes the
+// field order and drops whatever else the photo service sent.
+function albumJson(albumId: string, photos: Photo[]): string {
+  const items = photos.map(
+    (p) =>
+      `{"id":${p.id},"title":${JSON.stringify(p.title)},"url":${JSON.stringify(p.url)},"thumbnailUrl":${JSON.stringify(p.thumbnailUrl)}}`,
+  );
+  return `{"albumId":${albumId},"photos":[${items.join(",")}]}`;
+}

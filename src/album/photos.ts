@@ -1,0 +1,82 @@
+import * as z from "zod";
+import { HttpError } from "../http/errors.ts";
+import { inInt64Range, parseJsonWithExactIds } from "./int64.ts";
+
+// The client of the external photo service: one GET per album, no retries (the contract asks for
+// exactly one call), and every failure mapped to the status a gateway owes its caller.
+
+export type PhotoServiceDeps = {
+  fetch: typeof fetch;
+  /** Base URL without a trailing slash; a path prefix is kept. */
+  baseUrl: string;
+  timeoutMs: number;
+};
+
+const Photo = z.object({
+  id: z.bigint().refine(inInt64Range),
+  title: z.string().nullable(),
+  url: z.string().nullable(),
+  thumbnailUrl: z.string().nullable(),
+});
+export type Photo = z.infer<typeof Photo>;
+const Photos = z.array(Photo);
+
+/** An upstream error status, passed on to our caller as is, with an empty body. */
+export class UpstreamStatus extends Error {
+  readonly status: number;
+  constructor(status: number) {
+    super(`photo service answered ${status}`);
+    this.status = status;
+  }
+}
+
+const gatewayError = (status: 502 | 504, code: string, message: string) =>
+  new HttpError(status, status === 504 ? "timeout_error" : "upstream_error", code, message);
+
+export async function fetchAlbumPhotos(deps: PhotoServiceDeps, albumId: string, clientSignal: AbortSignal): Promise<Photo[]> {
+  const timeout = AbortSignal.timeout(deps.timeoutMs);
+  const signal = AbortSignal.any([clientSignal, timeout]);
+  const failed = (error: unknown): never => {
+    if (timeout.aborted) {
+      throw gatewayError(504, "upstream_timeout", `photo service did not answer within ${deps.timeoutMs} ms`);
+    }
+    if (clientSignal.aborted) throw error; // the client is gone: nobody reads what we answer
+    throw gatewayError(502, "upstream_unreachable", `photo service unreachable: ${describe(error)}`);
+  };
+
+  let text: string;
+  try {
+    const response = await deps.fetch(`${deps.baseUrl}/albums/${albumId}/photos`, {
+      headers: { accept: "application/json" },
+      signal,
+    });
+    if (response.status >= 400) {
+      await response.body?.cancel();
+      throw new UpstreamStatus(response.status);
+    }
+    text = await response.text();
+  } catch (error) {
+    if (error instanceof UpstreamStatus) throw error;
+    return failed(error);
+  }
+  return parsePhotos(text);
+}
+
+function parsePhotos(text: string): Photo[] {
+  let body: unknown;
+  try {
+    body = parseJsonWithExactIds(text);
+  } catch {
+    throw gatewayError(502, "upstream_bad_body", "photo service answered with a body that is not JSON");
+  }
+  const photos = Photos.safeParse(body);
+  if (!photos.success) {
+    throw gatewayError(502, "upstream_bad_body", "photo service answered with something other than a JSON array of photos");
+  }
+  return photos.data;
+}
+
+function describe(error: unknown): string {
+  const cause = (error as { cause?: { code?: string; message?: string } })?.cause;
+  return cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error);
+}

@@ -1,0 +1,71 @@
+import * as z from "zod";
+
+// Configuration is read once at start from the environment and the command line, validated, and
+// handed to the wiring as one typed object. A property given on the command line as
+// `--photos.api.base-url=URL` is the same setting as the env `PHOTOS_API_BASE_URL`; the command
+// line wins.
+
+export class ConfigError extends Error {}
+
+const port = z.coerce.number().int().min(0).max(65535);
+
+const baseUrl = z
+  .url({ protocol: /^https?$/, error: "must be an http(s) URL" })
+  .refine((value) => !/[?#]/.test(value), "must not carry a query or a fragment")
+  // A path prefix is kept; a trailing slash is dropped so that joining never doubles it.
+  .transform((value) => value.replace(/\/+$/, ""));
+
+const Settings = z.object({
+  SERVICES: z
+    .string()
+    .default("album")
+    .transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean))
+    .pipe(z.array(z.enum(["album"])).min(1)),
+  ALBUM_HOST: z.string().min(1).default("127.0.0.1"),
+  ALBUM_PORT: port.default(8080),
+  PHOTOS_API_BASE_URL: baseUrl.default("https://jsonplaceholder.typicode.com"),
+  PHOTOS_API_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
+  SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
+});
+
+export type Config = ReturnType<typeof toConfig>;
+
+function toConfig(s: z.infer<typeof Settings>) {
+  return {
+    services: s.SERVICES,
+    shutdownGraceMs: s.SHUTDOWN_GRACE_MS,
+    album: {
+      host: s.ALBUM_HOST,
+      port: s.ALBUM_PORT,
+      photosBaseUrl: s.PHOTOS_API_BASE_URL,
+      photosTimeoutMs: s.PHOTOS_API_TIMEOUT_MS,
+    },
+  };
+}
+
+/** `photos.api.base-url` -> `PHOTOS_API_BASE_URL`, the relaxed binding Spring-style properties use. */
+export const propertyToEnv = (property: string) => property.replace(/[.-]/g, "_").toUpperCase();
+
+function argvSettings(argv: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const arg of argv) {
+    const match = /^--([a-zA-Z][\w.-]*)=(.*)$/s.exec(arg);
+    if (!match) throw new ConfigError(`unrecognised argument "${arg}" (expected --property=value)`);
+    out[propertyToEnv(match[1]!)] = match[2]!;
+  }
+  return out;
+}
+
+export function loadConfig(env: Record<string, string | undefined>, argv: string[]): Config {
+  const fromArgv = argvSettings(argv);
+  const unknown = Object.keys(fromArgv).filter((key) => !(key in Settings.shape));
+  if (unknown.length) throw new ConfigError(`unknown setting(s): ${unknown.join(", ")}`);
+  const merged: Record<string, string> = {};
+  for (const key of Object.keys(Settings.shape)) {
+    const value = fromArgv[key] ?? env[key];
+    if (value !== undefined && value !== "") merged[key] = value;
+  }
+  const parsed = Settings.safeParse(merged);
+  if (!parsed.success) throw new ConfigError(`invalid configuration:\n${z.prettifyError(parsed.error)}`);
+  return toConfig(parsed.data);
+}

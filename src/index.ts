@@ -1,0 +1,43 @@
+import { buildServices } from "./app.ts";
+import { ConfigError, loadConfig } from "./config.ts";
+import { detectRuntime, type Listener } from "./runtime/index.ts";
+
+// Entry point: config -> runtime adapter -> services -> listen; close cleanly on SIGINT/SIGTERM.
+
+const runtime = await detectRuntime();
+const listeners: Listener[] = [];
+
+async function main(): Promise<void> {
+  const config = loadConfig(process.env, process.argv.slice(2));
+  const services = buildServices(config, runtime);
+  runtime.onShutdownSignal(async (signal) => {
+    console.log(`${signal} received: finishing in-flight requests`);
+    await Promise.allSettled(listeners.map((l) => l.close(config.shutdownGraceMs)));
+    console.log("stopped");
+    runtime.exit(0);
+  });
+  for (const service of services) {
+    for (const target of service.targets) {
+      const listener = await runtime.serve(service.handler, target);
+      listeners.push(listener);
+      console.log(`${service.name} service listening on ${listener.address} (${runtime.name} ${runtime.version})`);
+    }
+  }
+}
+
+try {
+  await main();
+} catch (error) {
+  await Promise.allSettled(listeners.map((l) => l.close(0)));
+  const message = error instanceof ConfigError ? error.message : `cannot start: ${describeStartError(error)}`;
+  console.error(message);
+  runtime.exit(1);
+}
+
+function describeStartError(error: unknown): string {
+  const e = error as { code?: string; message?: string; name?: string };
+  if (e?.code === "EADDRINUSE" || e?.name === "AddrInUse" || /in use/i.test(e?.message ?? "")) {
+    return `address already in use (${e.message})`;
+  }
+  return e?.message ?? String(error);
+}

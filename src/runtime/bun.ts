@@ -1,0 +1,46 @@
+/// <reference types="bun-types" />
+import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import type { FetchHandler, ListenTarget, Listener, Runtime } from "./types.ts";
+
+async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
+  if (target.kind === "unix") await clearStaleSocket(target.path);
+  // idleTimeout 0: Bun's default of 10 s would cut an SSE stream during a long prompt.
+  const server =
+    target.kind === "tcp"
+      ? Bun.serve({ port: target.port, hostname: target.hostname, idleTimeout: 0, fetch: handler })
+      : // bun-types omit idleTimeout for Unix sockets, but the server applies it there too.
+        Bun.serve({ unix: target.path, idleTimeout: 0, fetch: handler } as unknown as { unix: string; fetch: FetchHandler });
+  return {
+    address: target.kind === "tcp" ? `http://${target.hostname}:${server.port}` : `unix:${target.path}`,
+    port: target.kind === "tcp" ? server.port : undefined,
+    async close(graceMs = 10_000) {
+      const timer = setTimeout(() => void server.stop(true), graceMs);
+      await server.stop(false);
+      clearTimeout(timer);
+      if (target.kind === "unix") removeSocket(target.path);
+    },
+  };
+}
+
+function unixFetch(socketPath: string): typeof fetch {
+  return ((input: RequestInfo | URL, init?: RequestInit) =>
+    fetch(input, { ...init, unix: socketPath })) as typeof fetch;
+}
+
+export const bunRuntime: Runtime = {
+  name: "bun",
+  version: Bun.version,
+  serve,
+  unixFetch,
+  onShutdownSignal(fn) {
+    let fired = false;
+    const once = (signal: string) => {
+      if (fired) return;
+      fired = true;
+      fn(signal);
+    };
+    process.once("SIGINT", once);
+    process.once("SIGTERM", once);
+  },
+  exit: (code) => process.exit(code),
+};

@@ -1,0 +1,66 @@
+import { createServer, type Server } from "node:http";
+import { createServerAdapter } from "@whatwg-node/server";
+import { Agent } from "undici";
+import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import type { FetchHandler, ListenTarget, Listener, Runtime } from "./types.ts";
+
+function listen(server: Server, target: ListenTarget): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    const done = () => {
+      server.off("error", reject);
+      resolve();
+    };
+    if (target.kind === "tcp") server.listen(target.port, target.hostname, done);
+    else server.listen(target.path, done);
+  });
+}
+
+async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
+  // The native Request/Response, not the ponyfill, so handlers see the same classes as on Bun/Deno.
+  const adapter = createServerAdapter(handler, {
+    fetchAPI: { Request, Response, Headers, fetch, ReadableStream, URL },
+  });
+  const server = createServer(adapter);
+  if (target.kind === "unix") await clearStaleSocket(target.path);
+  await listen(server, target);
+  const bound = server.address();
+  const port = typeof bound === "object" && bound ? bound.port : undefined;
+  return {
+    address: target.kind === "tcp" ? `http://${target.hostname}:${port}` : `unix:${target.path}`,
+    port,
+    async close(graceMs = 10_000) {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      server.closeIdleConnections();
+      const timer = setTimeout(() => server.closeAllConnections(), graceMs);
+      await closed;
+      clearTimeout(timer);
+      if (target.kind === "unix") removeSocket(target.path);
+    },
+  };
+}
+
+function unixFetch(socketPath: string): typeof fetch {
+  // undici's default 300 s header/body timeouts would cut a long generation: turn them off.
+  const dispatcher = new Agent({ connect: { socketPath }, headersTimeout: 0, bodyTimeout: 0 });
+  return ((input: RequestInfo | URL, init?: RequestInit) =>
+    fetch(input, { ...init, dispatcher } as RequestInit)) as typeof fetch;
+}
+
+export const nodeRuntime: Runtime = {
+  name: "node",
+  version: process.versions.node,
+  serve,
+  unixFetch,
+  onShutdownSignal(fn) {
+    let fired = false;
+    const once = (signal: string) => {
+      if (fired) return;
+      fired = true;
+      fn(signal);
+    };
+    process.once("SIGINT", once);
+    process.once("SIGTERM", once);
+  },
+  exit: (code) => process.exit(code),
+};

@@ -1,0 +1,31 @@
+import { existsSync, unlinkSync } from "node:fs";
+import { connect } from "node:net";
+
+// No runtime removes its Unix socket file when killed, and none listens on a stale one; but a
+// live socket must never be taken from a server that still runs. So: connect first, then unlink.
+
+/** Removes `path` if it is a socket nobody answers on; throws if a live server owns it. */
+export async function clearStaleSocket(path: string): Promise<void> {
+  if (!existsSync(path)) return;
+  if (await answers(path)) throw new Error(`address in use: ${path} (another server answers on it)`);
+  removeSocket(path);
+}
+
+export function removeSocket(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+  }
+}
+
+function answers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(path);
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}

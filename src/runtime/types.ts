@@ -1,0 +1,29 @@
+// The one seam between our code and the JavaScript runtime it runs on. Everything runtime-specific
+// (listening, fetch over a Unix socket, spawning processes) lives behind this interface, so the
+// rest of src/ stays a set of pure fetch handlers that never touch Bun, Deno or Node globals.
+
+export type FetchHandler = (request: Request) => Response | Promise<Response>;
+
+export type ListenTarget =
+  | { kind: "tcp"; hostname: string; port: number }
+  | { kind: "unix"; path: string };
+
+export interface Listener {
+  /** Where it listens, for logs: `http://127.0.0.1:8080` or `unix:/run/x.sock`. */
+  readonly address: string;
+  /** The bound TCP port (useful when asked for port 0); undefined for a Unix socket. */
+  readonly port: number | undefined;
+  /** Stops accepting, lets in-flight requests finish (up to `graceMs`), removes a socket file. */
+  close(graceMs?: number): Promise<void>;
+}
+
+export interface Runtime {
+  readonly name: "bun" | "deno" | "node";
+  readonly version: string;
+  serve(handler: FetchHandler, target: ListenTarget): Promise<Listener>;
+  /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
+  unixFetch(socketPath: string): typeof fetch;
+  /** Runs `fn` once on SIGINT or SIGTERM. */
+  onShutdownSignal(fn: (signal: string) => void): void;
+  exit(code: number): never;
+}
