@@ -1,5 +1,6 @@
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
+import { routeTable, type Route } from "./http/router.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 
 // The single place where dependencies are wired: config and runtime in, services out.
@@ -8,7 +9,6 @@ import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 export type Service = { name: string; handler: FetchHandler; targets: ListenTarget[] };
 
 export function buildServices(config: Config, runtime: Runtime): Service[] {
-  void runtime; // the model runner will use it (Unix-socket fetch, spawning)
   const services: Service[] = [];
   if (config.services.includes("album")) {
     services.push({
@@ -21,5 +21,17 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
       targets: [{ kind: "tcp", hostname: config.album.host, port: config.album.port }],
     });
   }
+  if (config.services.includes("runner")) services.push(modelRunner(config, runtime));
   return services;
+}
+
+/** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
+export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
+
+function modelRunner(config: Config, runtime: Runtime): Service {
+  void runtime; // inference uses it (Unix-socket fetch to runners, spawning)
+  const routes: Route[] = [];
+  const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
+  if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
+  return { name: "model runner", handler: routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] }), targets };
 }

@@ -1,3 +1,5 @@
+import { homedir } from "node:os";
+import { join } from "node:path";
 import * as z from "zod";
 
 // Configuration is read once at start from the environment and the command line, validated, and
@@ -18,13 +20,17 @@ const baseUrl = z
 const Settings = z.object({
   SERVICES: z
     .string()
-    .default("album")
+    .default("album,runner")
     .transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean))
-    .pipe(z.array(z.enum(["album"])).min(1)),
+    .pipe(z.array(z.enum(["album", "runner"])).min(1)),
   ALBUM_HOST: z.string().min(1).default("127.0.0.1"),
   ALBUM_PORT: port.default(8080),
   PHOTOS_API_BASE_URL: baseUrl.default("https://jsonplaceholder.typicode.com"),
   PHOTOS_API_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
+  RUNNER_HOST: z.string().min(1).default("127.0.0.1"),
+  RUNNER_PORT: port.default(12434),
+  // `none` turns the Unix socket off.
+  RUNNER_SOCKET: z.string().default(join(homedir(), ".llamadock", "model-runner.sock")),
   SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
 });
 
@@ -39,6 +45,11 @@ function toConfig(s: z.infer<typeof Settings>) {
       port: s.ALBUM_PORT,
       photosBaseUrl: s.PHOTOS_API_BASE_URL,
       photosTimeoutMs: s.PHOTOS_API_TIMEOUT_MS,
+    },
+    runner: {
+      host: s.RUNNER_HOST,
+      port: s.RUNNER_PORT,
+      socketPath: s.RUNNER_SOCKET === "none" ? undefined : s.RUNNER_SOCKET,
     },
   };
 }

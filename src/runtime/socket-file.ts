@@ -1,11 +1,16 @@
-import { existsSync, unlinkSync } from "node:fs";
+import { existsSync, mkdirSync, unlinkSync } from "node:fs";
 import { connect } from "node:net";
+import { dirname } from "node:path";
 
 // No runtime removes its Unix socket file when killed, and none listens on a stale one; but a
 // live socket must never be taken from a server that still runs. So: connect first, then unlink.
 
-/** Removes `path` if it is a socket nobody answers on; throws if a live server owns it. */
+/**
+ * Makes `path` ready to listen on: creates its folder, removes a socket file nobody answers on,
+ * and throws if a live server owns it.
+ */
 export async function clearStaleSocket(path: string): Promise<void> {
+  mkdirSync(dirname(path), { recursive: true });
   if (!existsSync(path)) return;
   if (await answers(path)) throw new Error(`address in use: ${path} (another server answers on it)`);
   removeSocket(path);
