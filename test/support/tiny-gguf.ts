@@ -1,0 +1,227 @@
+// A tiny random-weight llama model in GGUF v3, written from scratch so that tests run the real
+// llama-server on a real model without downloading one. Same seed, same bytes.
+//
+// Shape: byte-level vocabulary of 259 tokens (<unk>, <s>, </s>, <0x00>..<0xFF>), 2 blocks,
+// embedding length 64, 4 heads, feed-forward 128, context 512, every tensor f32 (~0.5 MB).
+import { writeFile } from "node:fs/promises";
+
+export interface TinyGgufOptions {
+  /** PRNG seed for the weights; the default gives the same file every time. */
+  seed?: number;
+}
+
+const GGUF_VERSION = 3;
+const ALIGNMENT = 32;
+const N_EMBD = 64;
+const N_HEAD = 4;
+const N_FF = 128;
+const N_LAYER = 2;
+const N_CTX = 512;
+
+// GGUF metadata value types and the f32 tensor type, from the GGUF specification.
+const T_UINT32 = 4;
+const T_INT32 = 5;
+const T_FLOAT32 = 6;
+const T_STRING = 8;
+const T_ARRAY = 9;
+const GGML_TYPE_F32 = 0;
+
+// llama.cpp token types.
+const TOKEN_NORMAL_UNKNOWN = 2;
+const TOKEN_CONTROL = 3;
+const TOKEN_BYTE = 6;
+
+type MetaValue =
+  | { type: typeof T_UINT32 | typeof T_INT32 | typeof T_FLOAT32; value: number }
+  | { type: typeof T_STRING; value: string }
+  | { type: typeof T_ARRAY; of: typeof T_INT32 | typeof T_FLOAT32; value: number[] }
+  | { type: typeof T_ARRAY; of: typeof T_STRING; value: string[] };
+
+interface Tensor {
+  name: string;
+  /** GGUF order: dims[0] is the fastest-varying (row length). */
+  dims: number[];
+  fill: "ones" | "random";
+}
+
+const u32 = (value: number): MetaValue => ({ type: T_UINT32, value });
+
+function vocabulary(): { tokens: string[]; types: number[] } {
+  const tokens = ["<unk>", "<s>", "</s>"];
+  const types = [TOKEN_NORMAL_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL];
+  for (let byte = 0; byte < 256; byte++) {
+    tokens.push(`<0x${byte.toString(16).toUpperCase().padStart(2, "0")}>`);
+    types.push(TOKEN_BYTE);
+  }
+  return { tokens, types };
+}
+
+function metadata(): Array<[string, MetaValue]> {
+  const { tokens, types } = vocabulary();
+  return [
+    ["general.architecture", { type: T_STRING, value: "llama" }],
+    ["general.name", { type: T_STRING, value: "tiny-random-llama" }],
+    ["general.alignment", u32(ALIGNMENT)],
+    ["llama.context_length", u32(N_CTX)],
+    ["llama.embedding_length", u32(N_EMBD)],
+    ["llama.block_count", u32(N_LAYER)],
+    ["llama.feed_forward_length", u32(N_FF)],
+    ["llama.attention.head_count", u32(N_HEAD)],
+    ["llama.attention.head_count_kv", u32(N_HEAD)],
+    ["llama.rope.dimension_count", u32(N_EMBD / N_HEAD)],
+    ["llama.attention.layer_norm_rms_epsilon", { type: T_FLOAT32, value: 1e-5 }],
+    ["llama.vocab_size", u32(tokens.length)],
+    ["tokenizer.ggml.model", { type: T_STRING, value: "llama" }],
+    ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
+    ["tokenizer.ggml.scores", { type: T_ARRAY, of: T_FLOAT32, value: tokens.map(() => 0) }],
+    ["tokenizer.ggml.token_type", { type: T_ARRAY, of: T_INT32, value: types }],
+    ["tokenizer.ggml.unknown_token_id", u32(0)],
+    ["tokenizer.ggml.bos_token_id", u32(1)],
+    ["tokenizer.ggml.eos_token_id", u32(2)],
+  ];
+}
+
+function tensors(vocabSize: number): Tensor[] {
+  const list: Tensor[] = [
+    { name: "token_embd.weight", dims: [N_EMBD, vocabSize], fill: "random" },
+    { name: "output_norm.weight", dims: [N_EMBD], fill: "ones" },
+    { name: "output.weight", dims: [N_EMBD, vocabSize], fill: "random" },
+  ];
+  for (let block = 0; block < N_LAYER; block++) {
+    const p = `blk.${block}`;
+    list.push(
+      { name: `${p}.attn_norm.weight`, dims: [N_EMBD], fill: "ones" },
+      { name: `${p}.attn_q.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
+      { name: `${p}.attn_k.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
+      { name: `${p}.attn_v.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
+      { name: `${p}.attn_output.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
+      { name: `${p}.ffn_norm.weight`, dims: [N_EMBD], fill: "ones" },
+      { name: `${p}.ffn_gate.weight`, dims: [N_EMBD, N_FF], fill: "random" },
+      { name: `${p}.ffn_up.weight`, dims: [N_EMBD, N_FF], fill: "random" },
+      { name: `${p}.ffn_down.weight`, dims: [N_FF, N_EMBD], fill: "random" },
+    );
+  }
+  return list;
+}
+
+/** mulberry32: a small, well-mixed 32-bit PRNG; enough for weights that only need to be fixed. */
+function prng(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Grows as it is written; little-endian throughout, as GGUF is. */
+class ByteWriter {
+  private buffer = new Uint8Array(1 << 16);
+  private view = new DataView(this.buffer.buffer);
+  length = 0;
+
+  private reserve(bytes: number): number {
+    if (this.length + bytes > this.buffer.length) {
+      const next = new Uint8Array(Math.max(this.buffer.length * 2, this.length + bytes));
+      next.set(this.buffer);
+      this.buffer = next;
+      this.view = new DataView(next.buffer);
+    }
+    const at = this.length;
+    this.length += bytes;
+    return at;
+  }
+  u32(value: number): void {
+    const at = this.reserve(4); // may replace the view
+    this.view.setUint32(at, value, true);
+  }
+  i32(value: number): void {
+    const at = this.reserve(4); // may replace the view
+    this.view.setInt32(at, value, true);
+  }
+  u64(value: number): void {
+    const at = this.reserve(8);
+    this.view.setBigUint64(at, BigInt(value), true);
+  }
+  f32(value: number): void {
+    const at = this.reserve(4); // may replace the view
+    this.view.setFloat32(at, value, true);
+  }
+  bytes(data: Uint8Array): void {
+    const at = this.reserve(data.length);
+    this.buffer.set(data, at);
+  }
+  string(value: string): void {
+    const data = new TextEncoder().encode(value);
+    this.u64(data.length);
+    this.bytes(data);
+  }
+  padTo(alignment: number): void {
+    this.reserve((alignment - (this.length % alignment)) % alignment);
+  }
+  result(): Uint8Array {
+    return this.buffer.slice(0, this.length);
+  }
+}
+
+function writeScalar(out: ByteWriter, type: number, value: number | string): void {
+  if (type === T_STRING) out.string(value as string);
+  else if (type === T_UINT32) out.u32(value as number);
+  else if (type === T_INT32) out.i32(value as number);
+  else out.f32(value as number);
+}
+
+function writeMeta(out: ByteWriter, key: string, meta: MetaValue): void {
+  out.string(key);
+  out.u32(meta.type);
+  if (meta.type !== T_ARRAY) return writeScalar(out, meta.type, meta.value);
+  out.u32(meta.of);
+  out.u64(meta.value.length);
+  for (const item of meta.value) writeScalar(out, meta.of, item);
+}
+
+const elementCount = (tensor: Tensor) => tensor.dims.reduce((a, b) => a * b, 1);
+const alignUp = (n: number) => Math.ceil(n / ALIGNMENT) * ALIGNMENT;
+
+function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number): void {
+  // Small uniform weights, scaled by fan-in, keep activations finite through both blocks.
+  const scale = 1 / Math.sqrt(tensor.dims[0] ?? 1);
+  for (let i = 0; i < elementCount(tensor); i++) {
+    out.f32(tensor.fill === "ones" ? 1 : (random() * 2 - 1) * scale);
+  }
+}
+
+/** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
+export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
+  const meta = metadata();
+  const list = tensors(vocabulary().tokens.length);
+  const out = new ByteWriter();
+  out.bytes(new TextEncoder().encode("GGUF"));
+  out.u32(GGUF_VERSION);
+  out.u64(list.length);
+  out.u64(meta.length);
+  for (const [key, value] of meta) writeMeta(out, key, value);
+  let offset = 0;
+  for (const tensor of list) {
+    out.string(tensor.name);
+    out.u32(tensor.dims.length);
+    for (const dim of tensor.dims) out.u64(dim);
+    out.u32(GGML_TYPE_F32);
+    out.u64(offset);
+    offset = alignUp(offset + elementCount(tensor) * 4);
+  }
+  out.padTo(ALIGNMENT);
+  const random = prng(options.seed ?? 0x11a3ad0c);
+  for (const tensor of list) {
+    writeTensorData(out, tensor, random);
+    out.padTo(ALIGNMENT);
+  }
+  return out.result();
+}
+
+/** Writes the tiny model to `path` (a test fixture, made at test time). */
+export async function writeTinyLlamaGguf(path: string, options: TinyGgufOptions = {}): Promise<void> {
+  await writeFile(path, tinyLlamaGguf(options));
+}
