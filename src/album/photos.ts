@@ -40,7 +40,8 @@ export async function fetchAlbumPhotos(deps: PhotoServiceDeps, albumId: string, 
     if (timeout.aborted) {
       throw gatewayError(504, "upstream_timeout", `photo service did not answer within ${deps.timeoutMs} ms`);
     }
-    if (clientSignal.aborted) throw error; // the client is gone: nobody reads what we answer
+    // The client is gone: nobody reads this answer, and it is no fault of ours worth logging.
+    if (clientSignal.aborted) throw new HttpError(499, "invalid_request_error", "client_closed", "client went away");
     throw gatewayError(502, "upstream_unreachable", `photo service unreachable: ${describe(error)}`);
   };
 
@@ -49,14 +50,20 @@ export async function fetchAlbumPhotos(deps: PhotoServiceDeps, albumId: string, 
     const response = await deps.fetch(`${deps.baseUrl}/albums/${albumId}/photos`, {
       headers: { accept: "application/json" },
       signal,
+      // Following a redirect would be a second call to the photo service; the contract allows one.
+      redirect: "manual",
     });
     if (response.status >= 400) {
       await response.body?.cancel();
       throw new UpstreamStatus(response.status);
     }
+    if (response.status >= 300) {
+      await response.body?.cancel();
+      throw gatewayError(502, "upstream_unexpected_status", `photo service answered ${response.status}`);
+    }
     text = await response.text();
   } catch (error) {
-    if (error instanceof UpstreamStatus) throw error;
+    if (error instanceof UpstreamStatus || error instanceof HttpError) throw error;
     return failed(error);
   }
   return parsePhotos(text);
