@@ -2,7 +2,8 @@
 // llama-server on a real model without downloading one. Same seed, same bytes.
 //
 // Shape: byte-level vocabulary of 259 tokens (<unk>, <s>, </s>, <0x00>..<0xFF>), 2 blocks,
-// embedding length 64, 4 heads, feed-forward 128, context 512, every tensor f32 (~0.5 MB).
+// embedding length 64, 4 heads, feed-forward 128, context 512, mean pooling, every tensor f32
+// (~0.5 MB).
 import { writeFile } from "node:fs/promises";
 
 export interface TinyGgufOptions {
@@ -17,6 +18,7 @@ const N_HEAD = 4;
 const N_FF = 128;
 const N_LAYER = 2;
 const N_CTX = 512;
+const POOLING_MEAN = 1;
 
 // GGUF metadata value types and the f32 tensor type, from the GGUF specification.
 const T_UINT32 = 4;
@@ -71,6 +73,8 @@ function metadata(): Array<[string, MetaValue]> {
     ["llama.rope.dimension_count", u32(N_EMBD / N_HEAD)],
     ["llama.attention.layer_norm_rms_epsilon", { type: T_FLOAT32, value: 1e-5 }],
     ["llama.vocab_size", u32(tokens.length)],
+    // Mean pooling, as embedding models declare theirs, so an embedding runner needs no --pooling.
+    ["llama.pooling_type", u32(POOLING_MEAN)],
     ["tokenizer.ggml.model", { type: T_STRING, value: "llama" }],
     ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
     ["tokenizer.ggml.scores", { type: T_ARRAY, of: T_FLOAT32, value: tokens.map(() => 0) }],
