@@ -18,7 +18,10 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
         baseUrl: config.album.photosBaseUrl,
         timeoutMs: config.album.photosTimeoutMs,
       }),
-      targets: [{ kind: "tcp", hostname: config.album.host, port: config.album.port }],
+      targets: [
+        { kind: "tcp", hostname: config.album.host, port: config.album.port },
+        ...(config.album.socketPath ? [{ kind: "unix" as const, path: config.album.socketPath }] : []),
+      ],
     });
   }
   if (config.services.includes("runner")) services.push(modelRunner(config, runtime));

@@ -25,6 +25,8 @@ const Settings = z.object({
     .pipe(z.array(z.enum(["album", "runner"])).min(1)),
   ALBUM_HOST: z.string().min(1).default("127.0.0.1"),
   ALBUM_PORT: port.default(8080),
+  // Also listen on this Unix socket (off when unset).
+  ALBUM_SOCKET: z.string().min(1).optional(),
   PHOTOS_API_BASE_URL: baseUrl.default("https://jsonplaceholder.typicode.com"),
   PHOTOS_API_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
   RUNNER_HOST: z.string().min(1).default("127.0.0.1"),
@@ -36,6 +38,9 @@ const Settings = z.object({
 
 export type Config = ReturnType<typeof toConfig>;
 
+/** Every env name the configuration reads (Deno's `--allow-env=` list needs them all). */
+export const settingNames = Object.keys(Settings.shape);
+
 function toConfig(s: z.infer<typeof Settings>) {
   return {
     services: s.SERVICES,
@@ -43,6 +48,7 @@ function toConfig(s: z.infer<typeof Settings>) {
     album: {
       host: s.ALBUM_HOST,
       port: s.ALBUM_PORT,
+      socketPath: s.ALBUM_SOCKET,
       photosBaseUrl: s.PHOTOS_API_BASE_URL,
       photosTimeoutMs: s.PHOTOS_API_TIMEOUT_MS,
     },

@@ -19,6 +19,12 @@ describe("config", () => {
     expect(loadConfig(env, argv).album.photosBaseUrl).toBe("http://arg.example/v1");
   });
 
+  it("listens for the album service on a Unix socket only when asked", () => {
+    expect(loadConfig({}, []).album.socketPath).toBeUndefined();
+    expect(loadConfig({ ALBUM_SOCKET: "/run/a.sock" }, []).album.socketPath).toBe("/run/a.sock");
+    expect(loadConfig({}, ["--album.socket=/run/b.sock"]).album.socketPath).toBe("/run/b.sock");
+  });
+
   it("keeps a path prefix and drops trailing slashes", () => {
     expect(loadConfig({ PHOTOS_API_BASE_URL: "http://h:9/api//" }, []).album.photosBaseUrl).toBe("http://h:9/api");
   });
