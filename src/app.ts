@@ -1,5 +1,6 @@
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
+import { createModelStore, modelRoutes } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 
@@ -33,7 +34,15 @@ export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
 function modelRunner(config: Config, runtime: Runtime): Service {
   void runtime; // inference uses it (Unix-socket fetch to runners, spawning)
-  const routes: Route[] = [];
+  const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
+  const fetch = globalThis.fetch.bind(globalThis);
+  const routes: Route[] = [
+    ...modelRoutes({
+      store,
+      registry: { fetch, insecureHosts: config.models.insecureRegistries, credentials: config.models.registryCredentials },
+      hub: { fetch, endpoint: config.models.hfEndpoint, ...(config.models.hfToken ? { token: config.models.hfToken } : {}) },
+    }),
+  ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
   return { name: "model runner", handler: routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] }), targets };

@@ -17,6 +17,21 @@ const baseUrl = z
   // A path prefix is kept; a trailing slash is dropped so that joining never doubles it.
   .transform((value) => value.replace(/\/+$/, ""));
 
+const hostList = z.string().transform((value) => value.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean));
+
+const credentialList = z.string().transform((value, context) => {
+  const out: Record<string, { username: string; password: string }> = {};
+  for (const item of value.split(",").map((s) => s.trim()).filter(Boolean)) {
+    const match = /^([^=]+)=([^:]*):(.*)$/s.exec(item);
+    if (!match) {
+      context.addIssue({ code: "custom", message: "expected host=user:password, comma-separated" });
+      return z.NEVER;
+    }
+    out[match[1]!.trim().toLowerCase()] = { username: match[2]!, password: match[3]! };
+  }
+  return out;
+});
+
 const Settings = z.object({
   SERVICES: z
     .string()
@@ -34,6 +49,15 @@ const Settings = z.object({
   // `none` turns the Unix socket off.
   RUNNER_SOCKET: z.string().default(join(homedir(), ".llamadock", "model-runner.sock")),
   SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
+  // Model management: the store, the registry of names without one, Hugging Face.
+  MODELS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "models")),
+  DEFAULT_REGISTRY: z.string().regex(/^[\w.-]+(:\d+)?$/, "must be a host[:port]").default("docker.io"),
+  // Registries reached over plain HTTP besides loopback and `.local` hosts: `host[:port],...`.
+  REGISTRY_INSECURE: hostList.default([]),
+  // `host=user:password,...`: credentials for registries that ask for them.
+  REGISTRY_CREDENTIALS: credentialList.default({}),
+  HF_ENDPOINT: baseUrl.default("https://huggingface.co"),
+  HF_TOKEN: z.string().optional(),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -56,6 +80,14 @@ function toConfig(s: z.infer<typeof Settings>) {
       host: s.RUNNER_HOST,
       port: s.RUNNER_PORT,
       socketPath: s.RUNNER_SOCKET === "none" ? undefined : s.RUNNER_SOCKET,
+    },
+    models: {
+      path: s.MODELS_PATH,
+      defaultRegistry: s.DEFAULT_REGISTRY.toLowerCase(),
+      insecureRegistries: s.REGISTRY_INSECURE,
+      registryCredentials: s.REGISTRY_CREDENTIALS,
+      hfEndpoint: s.HF_ENDPOINT,
+      hfToken: s.HF_TOKEN,
     },
   };
 }

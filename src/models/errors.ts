@@ -1,0 +1,18 @@
+import { HttpError } from "../http/errors.ts";
+
+// The errors of model management, each with the status Docker Model Runner gives it. The registry
+// client and the Hub client turn their upstream answers into these; handlers only throw them.
+
+export const modelNotFound = (reference: string) =>
+  new HttpError(404, "not_found_error", "model_not_found", `model not found: ${reference}`);
+
+export const notInRegistry = (message: string) => new HttpError(404, "not_found_error", "model_not_found", message);
+
+export const unauthorized = (message: string) => new HttpError(401, "authentication_error", "unauthorized", message);
+
+export const unsupportedArtifact = (message: string) =>
+  new HttpError(422, "unprocessable_entity_error", "unsupported_artifact", message);
+
+export const conflict = (message: string) => new HttpError(409, "conflict_error", "conflict", message);
+
+export const upstreamFailure = (message: string) => new HttpError(500, "upstream_error", "pull_failed", message);

@@ -1,0 +1,60 @@
+import * as z from "zod";
+import { notInRegistry, unauthorized, upstreamFailure } from "../errors.ts";
+import type { BlobSource } from "../store/blobs.ts";
+
+// A client of the Hugging Face Hub HTTP API: the file list of a model repository (with each
+// LFS file's sha256, which becomes its blob digest) and downloads with Range. The base URL is
+// configurable (`HF_ENDPOINT`, as the Hub's own tools do), and so is the token (`HF_TOKEN`).
+
+export type HubOptions = { fetch: typeof fetch; endpoint: string; token?: string };
+
+export type HubFile = { path: string; size: number; digest?: string };
+
+const TreeEntry = z.looseObject({
+  type: z.string(),
+  path: z.string(),
+  size: z.number().int().nonnegative().optional(),
+  lfs: z.looseObject({ oid: z.string().regex(/^[0-9a-f]{64}$/), size: z.number().int().nonnegative() }).optional(),
+});
+
+function headers(options: HubOptions, extra: Record<string, string> = {}): Record<string, string> {
+  return { ...extra, ...(options.token ? { authorization: `Bearer ${options.token}` } : {}) };
+}
+
+async function send(options: HubOptions, url: string, init: RequestInit, what: string): Promise<Response> {
+  const response = await options.fetch(url, init).catch((error: unknown) => {
+    if (init.signal?.aborted) throw error;
+    throw upstreamFailure(`cannot reach the Hugging Face Hub: ${(error as Error).message}`);
+  });
+  if (response.ok) return response;
+  await response.body?.cancel();
+  if (response.status === 401 || response.status === 403) throw unauthorized(`the Hugging Face Hub refused access to ${what} (${response.status})`);
+  if (response.status === 404) throw notInRegistry(`${what} not found on the Hugging Face Hub`);
+  throw upstreamFailure(`the Hugging Face Hub answered ${response.status} for ${what}`);
+}
+
+const encodePath = (path: string) => path.split("/").map(encodeURIComponent).join("/");
+
+export async function listFiles(options: HubOptions, repository: string, signal: AbortSignal): Promise<HubFile[]> {
+  const url = `${options.endpoint}/api/models/${encodePath(repository)}/tree/main?recursive=true`;
+  const response = await send(options, url, { headers: headers(options), signal }, `repository ${repository}`);
+  const parsed = z.array(TreeEntry).safeParse(await response.json().catch(() => undefined));
+  if (!parsed.success) throw upstreamFailure(`the Hugging Face Hub sent an unexpected file list for ${repository}`);
+  return parsed.data
+    .filter((entry) => entry.type === "file")
+    .map((entry) => ({
+      path: entry.path,
+      size: entry.lfs?.size ?? entry.size ?? 0,
+      ...(entry.lfs ? { digest: `sha256:${entry.lfs.oid}` } : {}),
+    }));
+}
+
+export function fileSource(options: HubOptions, repository: string, file: HubFile): BlobSource {
+  const url = `${options.endpoint}/${encodePath(repository)}/resolve/main/${encodePath(file.path)}`;
+  return async (offset, signal) => {
+    const range: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
+    const response = await send(options, url, { headers: headers(options, range), signal }, file.path);
+    if (!response.body) throw upstreamFailure(`the Hugging Face Hub sent no body for ${file.path}`);
+    return { body: response.body, start: response.status === 206 ? offset : 0 };
+  };
+}

@@ -1,0 +1,55 @@
+import { unauthorized } from "../errors.ts";
+
+// Registry authentication (the OCI distribution token flow): a registry that wants a token answers
+// 401 with `WWW-Authenticate: Bearer realm="…",service="…",scope="…"`; the client asks the realm
+// for a token (with credentials when it has some) and repeats the request with it. `Basic`
+// challenges get the credentials directly.
+
+export type Credentials = { username: string; password: string };
+
+export type Challenge = { scheme: string; params: Record<string, string> };
+
+export function parseChallenge(header: string): Challenge | undefined {
+  const match = /^\s*(\w+)\s*(.*)$/s.exec(header);
+  if (!match) return undefined;
+  const params: Record<string, string> = {};
+  for (const [, key, quoted, bare] of match[2]!.matchAll(/(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))/g)) {
+    params[key!.toLowerCase()] = quoted !== undefined ? quoted.replace(/\\(.)/g, "$1") : bare!;
+  }
+  return { scheme: match[1]!.toLowerCase(), params };
+}
+
+export const basic = ({ username, password }: Credentials) =>
+  `Basic ${btoa(String.fromCharCode(...new TextEncoder().encode(`${username}:${password}`)))}`;
+
+export type TokenRequest = {
+  challenge: Challenge;
+  scope: string;
+  credentials?: Credentials;
+  /** A token given with the pull: sent to the realm when there are no credentials. */
+  bearerToken?: string;
+  fetch: typeof fetch;
+  signal: AbortSignal;
+};
+
+/** Answers a 401's challenge with the `Authorization` value to retry with. */
+export async function authorize(request: TokenRequest): Promise<string> {
+  const { challenge, credentials } = request;
+  if (challenge.scheme === "basic") {
+    if (!credentials) throw unauthorized("the registry requires credentials");
+    return basic(credentials);
+  }
+  if (challenge.scheme !== "bearer" || !challenge.params.realm) throw unauthorized(`unsupported registry authentication "${challenge.scheme}"`);
+  const realm = new URL(challenge.params.realm);
+  if (challenge.params.service) realm.searchParams.set("service", challenge.params.service);
+  realm.searchParams.set("scope", challenge.params.scope ?? request.scope);
+  const headers: Record<string, string> = {};
+  if (credentials) headers.authorization = basic(credentials);
+  else if (request.bearerToken) headers.authorization = `Bearer ${request.bearerToken}`;
+  const response = await request.fetch(realm, { headers, signal: request.signal });
+  if (!response.ok) throw unauthorized(`the registry's token service refused (${response.status})`);
+  const body = (await response.json()) as { token?: unknown; access_token?: unknown };
+  const token = typeof body.token === "string" ? body.token : body.access_token;
+  if (typeof token !== "string" || !token) throw unauthorized("the registry's token service gave no token");
+  return `Bearer ${token}`;
+}

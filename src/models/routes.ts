@@ -1,0 +1,134 @@
+import type { IRequest } from "itty-router";
+import * as z from "zod";
+import { badRequest } from "../http/errors.ts";
+import type { Route } from "../http/router.ts";
+import { conflict, modelNotFound } from "./errors.ts";
+import { planHubPull } from "./huggingface/plan.ts";
+import type { HubOptions } from "./huggingface/hub.ts";
+import type { PullEvent } from "./pull/plan.ts";
+import { createPuller, type PullJob } from "./pull/puller.ts";
+import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
+import type { RegistryOptions } from "./registry/client.ts";
+import { planRegistryPull } from "./registry/plan.ts";
+import type { ModelStore, StoredModel } from "./store/store.ts";
+
+// The model-management API: pull (`POST /models/create`, streaming NDJSON progress), list,
+// inspect, delete and tag. Handlers take everything they use from `deps`.
+
+export type ModelRoutesDeps = {
+  store: ModelStore;
+  registry: RegistryOptions;
+  hub: HubOptions;
+  /** Runs before a model is deleted (the scheduler unloads its runners). */
+  beforeDelete?: (model: StoredModel) => Promise<void>;
+};
+
+const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
+
+async function readJson<T>(request: Request, schema: z.ZodType<T>): Promise<T> {
+  let body: unknown;
+  try {
+    body = await request.json();
+  } catch {
+    throw badRequest("invalid_json", "the request body is not valid JSON");
+  }
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) throw badRequest("invalid_request", z.prettifyError(parsed.error));
+  return parsed.data;
+}
+
+export const publicModel = (m: StoredModel) => ({ id: m.id, tags: m.tags, created: m.created, config: m.config });
+
+const referenceParam = (request: IRequest) => decodeURIComponent(String(request.params.reference ?? ""));
+
+/** NDJSON lines of a pull job; the job's end closes the stream, the client's departure stops listening. */
+function progressStream(job: PullJob, signal: AbortSignal): ReadableStream<Uint8Array> {
+  const encoder = new TextEncoder();
+  let open = true;
+  let unlisten = () => {};
+  const leave = () => {
+    if (!open) return;
+    open = false;
+    unlisten();
+  };
+  return new ReadableStream<Uint8Array>({
+    start(controller) {
+      unlisten = job.listen((event: PullEvent) => {
+        if (open) controller.enqueue(encoder.encode(`${JSON.stringify(event)}\n`));
+      });
+      signal.addEventListener("abort", leave, { once: true });
+      void job.done.then(() => {
+        if (!open) return;
+        open = false;
+        controller.close();
+      });
+    },
+    cancel: leave,
+  });
+}
+
+async function resolveOr404(store: ModelStore, reference: string): Promise<StoredModel> {
+  const model = await store.resolve(reference);
+  if (!model) throw modelNotFound(reference);
+  return model;
+}
+
+/** Which tags a delete removes: the named tag, or every tag when the model is named by id. */
+function tagsToRemove(store: ModelStore, model: StoredModel, reference: string): string | undefined {
+  const id = idPrefix(reference);
+  if (id && model.id.startsWith(id)) return undefined;
+  const { key } = parseReference(reference, store.referenceOptions);
+  return model.tags.includes(key) ? key : undefined;
+}
+
+export function modelRoutes(deps: ModelRoutesDeps): Route[] {
+  const { store } = deps;
+  const puller = createPuller(store);
+
+  async function create(request: IRequest): Promise<Response> {
+    const body = await readJson(request, CreateBody);
+    const reference = parseReference(body.from, store.referenceOptions);
+    const token = body["bearer-token"];
+    const job = await puller.start(reference.key, (signal) =>
+      reference.registry === HUGGING_FACE
+        ? planHubPull(store, reference, { ...deps.hub, ...(token ? { token } : {}) }, signal)
+        : planRegistryPull(store, reference, deps.registry, token, signal),
+    );
+    return new Response(progressStream(job, request.signal), {
+      headers: { "content-type": "application/x-ndjson", "cache-control": "no-cache" },
+    });
+  }
+
+  async function remove(request: IRequest): Promise<Response> {
+    const reference = referenceParam(request);
+    const model = await resolveOr404(store, reference);
+    const tag = tagsToRemove(store, model, reference);
+    const force = new URL(request.url).searchParams.get("force") === "true";
+    if (tag === undefined && model.tags.length > 1 && !force) {
+      throw conflict(`model ${model.id} has several tags (${model.tags.join(", ")}): delete a tag, or add ?force=true`);
+    }
+    const deletes = tag === undefined || model.tags.length === 1;
+    if (deletes) await deps.beforeDelete?.(model);
+    const { untagged, deleted } = await store.remove(model.id, tag);
+    if (untagged.length === 0 && !deleted) throw modelNotFound(reference);
+    return Response.json([...untagged.map((t) => ({ Untagged: t })), ...(deleted ? [{ Deleted: deleted }] : [])]);
+  }
+
+  async function tag(request: IRequest): Promise<Response> {
+    const query = new URL(request.url).searchParams;
+    const repo = query.get("repo");
+    if (!repo) throw badRequest("missing_repo", "the query parameter repo is required");
+    const model = await resolveOr404(store, referenceParam(request));
+    const target = parseReference(`${repo}:${query.get("tag") || "latest"}`, store.referenceOptions);
+    await store.addTag(model.id, target.key);
+    return Response.json({ message: `Model tagged successfully with ${target.key}` }, { status: 201 });
+  }
+
+  return [
+    { method: "POST", path: "/models/create", handle: create },
+    { method: "GET", path: "/models", handle: async () => Response.json((await store.list()).map(publicModel)) },
+    { method: "POST", path: "/models/:reference+/tag", handle: tag },
+    { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
+    { method: "DELETE", path: "/models/:reference+", handle: remove },
+  ];
+}

@@ -1,0 +1,127 @@
+import { createHash, type Hash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { mkdir, open, rename, stat, type FileHandle } from "node:fs/promises";
+import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
+import type { Layout } from "./layout.ts";
+import { digestOf } from "./manifests.ts";
+
+// Content-addressed blobs. A download goes to `<hex>.incomplete`, hashed on the way; only a file
+// whose sha256 (and size) match is renamed to `<hex>`. An interrupted download keeps its
+// `.incomplete` bytes, and the next attempt asks the source for the rest (an HTTP Range request).
+
+/** Opens the blob's bytes from `offset`; `start` says where the body really begins (0 if the source ignored the offset). */
+export type BlobSource = (offset: number, signal: AbortSignal) => Promise<{ body: ReadableStream<Uint8Array>; start: number }>;
+
+export type BlobDownload = {
+  digest: string;
+  size?: number;
+  source: BlobSource;
+  signal: AbortSignal;
+  /** Called with the bytes on disk so far (resumed bytes included). */
+  onProgress?: (bytes: number) => void;
+};
+
+export class DigestMismatchError extends Error {
+  constructor(expected: string, actual: string) {
+    super(`downloaded content does not match its digest: expected ${expected}, got ${actual}`);
+  }
+}
+
+export async function hasBlob(layout: Layout, digest: string): Promise<boolean> {
+  try {
+    return (await stat(layout.blob(digest))).isFile();
+  } catch (error) {
+    if (isMissing(error)) return false;
+    throw error;
+  }
+}
+
+async function sizeOf(path: string): Promise<number> {
+  try {
+    return (await stat(path)).size;
+  } catch (error) {
+    if (isMissing(error)) return 0;
+    throw error;
+  }
+}
+
+async function hashExisting(path: string, hash: Hash, signal: AbortSignal): Promise<void> {
+  for await (const chunk of createReadStream(path, { signal, highWaterMark: 1 << 20 })) hash.update(chunk as Buffer);
+}
+
+async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: Hash, written: number, download: BlobDownload) {
+  let bytes = written;
+  const reader = body.getReader();
+  try {
+    for (let next = await reader.read(); !next.done; next = await reader.read()) {
+      const chunk = next.value;
+      hash.update(chunk);
+      await file.write(chunk);
+      bytes += chunk.byteLength;
+      if (download.size !== undefined && bytes > download.size) throw new Error(`blob ${download.digest} is larger than its ${download.size} bytes`);
+      download.onProgress?.(bytes);
+    }
+  } catch (error) {
+    // Releases the connection; the bytes written so far stay for a resume.
+    await reader.cancel().catch(() => {});
+    throw error;
+  }
+  return bytes;
+}
+
+async function openAt(path: string, start: number): Promise<FileHandle> {
+  const file = await open(path, start === 0 ? "w" : "r+");
+  if (start > 0) await file.truncate(start);
+  return file;
+}
+
+/** Downloads into `<hex>.incomplete`, verifies, renames. Returns at once when the blob is present. */
+async function download(layout: Layout, download: BlobDownload): Promise<void> {
+  const { digest, signal } = download;
+  if (await hasBlob(layout, digest)) return;
+  await mkdir(layout.blobsDir, { recursive: true });
+  const partial = layout.incompleteBlob(digest);
+  let offset = await sizeOf(partial);
+  if (download.size !== undefined && offset > download.size) offset = 0;
+  const { body, start } = await download.source(offset, signal);
+  const hash = createHash("sha256");
+  if (start > 0) await hashExisting(partial, hash, signal);
+  download.onProgress?.(start);
+  const file = await openAt(partial, start);
+  let bytes: number;
+  try {
+    bytes = await copyBody(body, file, hash, start, download);
+    await file.sync();
+  } finally {
+    await file.close();
+  }
+  const actual = `sha256:${hash.digest("hex")}`;
+  if (actual !== digest || (download.size !== undefined && bytes !== download.size)) {
+    // Bytes that hash wrong cannot be resumed from: start over next time.
+    await removeIfPresent(partial);
+    throw new DigestMismatchError(digest, actual);
+  }
+  await rename(partial, layout.blob(digest));
+}
+
+// Two pulls that share a layer must not write the same `.incomplete` file at once.
+const running = new Map<string, Promise<void>>();
+
+export async function downloadBlob(layout: Layout, request: BlobDownload): Promise<void> {
+  const path = layout.blob(request.digest);
+  for (let current = running.get(path); current; current = running.get(path)) await current.catch(() => {});
+  const job = download(layout, request);
+  running.set(path, job);
+  try {
+    await job;
+  } finally {
+    if (running.get(path) === job) running.delete(path);
+  }
+}
+
+/** Stores bytes already in memory (a config, a generated manifest's config). */
+export async function putBlob(layout: Layout, data: Uint8Array): Promise<string> {
+  const digest = digestOf(data);
+  if (!(await hasBlob(layout, digest))) await writeFileAtomic(layout.blob(digest), data);
+  return digest;
+}

@@ -1,0 +1,35 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, open, rename, unlink } from "node:fs/promises";
+import { dirname } from "node:path";
+
+// Small file helpers every store module shares: a write is made to a temporary name beside the
+// target, flushed to disk, then renamed over it, so a reader (or a crash) sees the old or the new
+// content, never half of one.
+
+export const temporaryName = (path: string) => `${path}.${randomBytes(6).toString("hex")}.tmp`;
+
+export async function writeFileAtomic(path: string, data: string | Uint8Array): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const temporary = temporaryName(path);
+  const file = await open(temporary, "w");
+  try {
+    await file.writeFile(data);
+    await file.sync();
+  } finally {
+    await file.close();
+  }
+  try {
+    await rename(temporary, path);
+  } catch (error) {
+    await unlink(temporary).catch(() => {});
+    throw error;
+  }
+}
+
+export async function removeIfPresent(path: string): Promise<void> {
+  await unlink(path).catch((error: NodeJS.ErrnoException) => {
+    if (error.code !== "ENOENT") throw error;
+  });
+}
+
+export const isMissing = (error: unknown) => (error as NodeJS.ErrnoException)?.code === "ENOENT";
