@@ -17,3 +17,11 @@ if [ ! -f "$stamp" ] || [ package.json -nt "$stamp" ] || [ package-lock.json -nt
   npx --yes -p "node@$node_version" npm install --no-audit --no-fund
   touch "$stamp"
 fi
+
+# --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry).
+if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/docker-registry ]; then
+  log "installing docker-registry with apt"
+  sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq docker-registry
+fi
