@@ -61,12 +61,16 @@ function splitTag(text: string): [string, string] {
   return [text.slice(0, colon), text.slice(colon + 1) || DEFAULT_TAG];
 }
 
+/** Splits off an explicit registry; the default namespace applies only on the default registry or Docker Hub. */
 function splitRegistry(name: string, defaultRegistry: string): [string, string] {
   const slash = name.indexOf("/");
   if (slash > 0 && looksLikeHost(name.slice(0, slash))) {
-    return [canonicalRegistry(name.slice(0, slash)), name.slice(slash + 1)];
+    const registry = canonicalRegistry(name.slice(0, slash));
+    const path = name.slice(slash + 1);
+    const namespaced = path.includes("/") || (registry !== DOCKER_HUB && registry !== defaultRegistry);
+    return [registry, namespaced ? path : `${DEFAULT_NAMESPACE}/${path}`];
   }
-  return [defaultRegistry, name];
+  return [defaultRegistry, name.includes("/") || defaultRegistry === HUGGING_FACE ? name : `${DEFAULT_NAMESPACE}/${name}`];
 }
 
 /** Parses and normalises a model name; throws a 400 `HttpError` for anything malformed. */
@@ -79,9 +83,8 @@ export function parseReference(input: string, options: ReferenceOptions = {}): M
   if (text.startsWith("/")) throw invalid(input, "it is an absolute path");
   const [named, digest] = splitDigest(input, text);
   const [withoutTag, tag] = digest ? [named, DEFAULT_TAG] : splitTag(named);
-  const [registry, written] = splitRegistry(withoutTag, defaultRegistry);
+  const [registry, remotePath] = splitRegistry(withoutTag, defaultRegistry);
   if (!HOST.test(registry)) throw invalid(input, `"${registry}" is not a registry host`);
-  const remotePath = written.includes("/") || registry === HUGGING_FACE ? written : `${DEFAULT_NAMESPACE}/${written}`;
   const repository = remotePath.toLowerCase();
   const components = repository.split("/");
   if (components.some((c) => !COMPONENT.test(c))) {

@@ -1,6 +1,6 @@
 import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, rename, stat, type FileHandle } from "node:fs/promises";
+import { mkdir, open, rename, stat, truncate, type FileHandle } from "node:fs/promises";
 import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
 import type { Layout } from "./layout.ts";
 import { digestOf } from "./manifests.ts";
@@ -69,10 +69,11 @@ async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash
   return bytes;
 }
 
+/** Opens the partial file for appending after its first `start` bytes (all of it when 0). */
 async function openAt(path: string, start: number): Promise<FileHandle> {
-  const file = await open(path, start === 0 ? "w" : "r+");
-  if (start > 0) await file.truncate(start);
-  return file;
+  if (start === 0) return open(path, "w");
+  await truncate(path, start);
+  return open(path, "a");
 }
 
 /** Downloads into `<hex>.incomplete`, verifies, renames. Returns at once when the blob is present. */
