@@ -12,6 +12,8 @@ export type FrontOptions = {
   token?: { credentials?: { username: string; password: string }; accepted?: string[] };
   /** Cut the connection after this many body bytes of the first GET of each blob. */
   cutBlobsAfter?: number;
+  /** Send this many body bytes of every GET of a blob, then hold the connection open, sending nothing. */
+  stallBlobsAfter?: number;
   /** Flip a byte in every GET of this blob. */
   corruptBlob?: string;
 };
@@ -21,6 +23,8 @@ export type Front = {
   url: string;
   /** `METHOD path range?` of every request forwarded to the registry. */
   requests: string[];
+  /** Blob GETs whose client went away before the body ended. */
+  abandoned: string[];
   /** Tokens the realm handed out. */
   tokens: string[];
   stop(): Promise<void>;
@@ -51,6 +55,7 @@ function challenge(response: ServerResponse, url: string, path: string) {
 export async function startRegistryFront(registryUrl: string, options: FrontOptions = {}): Promise<Front> {
   const upstream = new URL(registryUrl);
   const requests: string[] = [];
+  const abandoned: string[] = [];
   const tokens: string[] = [...(options.token?.accepted ?? [])];
   const cut = new Set<string>();
   let url = "";
@@ -66,7 +71,16 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
       const cutAfter = blob && request.method === "GET" && options.cutBlobsAfter !== undefined && !cut.has(blob) ? options.cutBlobsAfter : undefined;
       if (blob && cutAfter !== undefined) cut.add(blob);
       let sent = 0;
+      response.on("close", () => {
+        if (blob && !response.writableFinished) abandoned.push(blob);
+      });
       answer.on("data", (chunk: Buffer) => {
+        if (blob && options.stallBlobsAfter !== undefined && sent + chunk.length >= options.stallBlobsAfter) {
+          response.write(chunk.subarray(0, Math.max(0, options.stallBlobsAfter - sent)));
+          sent = options.stallBlobsAfter;
+          answer.destroy();
+          return;
+        }
         let data = chunk;
         if (blob && blob === options.corruptBlob && sent === 0) {
           data = Buffer.from(chunk);
@@ -104,6 +118,7 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
     host,
     url,
     requests,
+    abandoned,
     tokens,
     stop: () =>
       new Promise<void>((resolve) => {

@@ -100,10 +100,11 @@ export async function pushBlob(registryUrl: string, repository: string, blob: Bl
   if (opened.status !== 202) throw new Error(`upload POST answered ${opened.status}: ${await opened.text()}`);
   const location = new URL(opened.headers.get("location")!, registryUrl);
   location.searchParams.set("digest", digest);
-  const body = blob instanceof Uint8Array ? blob : (Readable.toWeb(createReadStream(blob.path)) as ReadableStream<Uint8Array>);
+  const body = blob instanceof Uint8Array ? blob : (Readable.toWeb(createReadStream(blob.path)) as unknown as ReadableStream<Uint8Array>);
   const put = await fetch(location, {
     method: "PUT",
-    headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+    // A stream's length must be declared; a byte array's is known to fetch.
+    headers: { "content-type": "application/octet-stream", ...(blob instanceof Uint8Array ? {} : { "content-length": String(size) }) },
     body,
     duplex: "half",
   } as RequestInit);
