@@ -4,6 +4,7 @@ import { mkdir, open, rename, stat, truncate, type FileHandle } from "node:fs/pr
 import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
 import type { Layout } from "./layout.ts";
 import { digestOf } from "./manifests.ts";
+import { pipelinedWriter } from "./pipelined-writer.ts";
 
 // Content-addressed blobs. A download goes to `<hex>.incomplete`, hashed on the way; only a file
 // whose sha256 (and size) match is renamed to `<hex>`. An interrupted download keeps its
@@ -52,18 +53,21 @@ async function hashExisting(path: string, hash: Hash, signal: AbortSignal): Prom
 async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: Hash, written: number, download: BlobDownload) {
   let bytes = written;
   const reader = body.getReader();
+  const writer = pipelinedWriter(file);
   try {
     for (let next = await reader.read(); !next.done; next = await reader.read()) {
       const chunk = next.value;
       hash.update(chunk);
-      await file.write(chunk);
+      await writer.add(chunk);
       bytes += chunk.byteLength;
       if (download.size !== undefined && bytes > download.size) throw new Error(`blob ${download.digest} is larger than its ${download.size} bytes`);
       download.onProgress?.(bytes);
     }
+    await writer.finish();
   } catch (error) {
     // Releases the connection; the bytes written so far stay for a resume.
     await reader.cancel().catch(() => {});
+    await writer.settle();
     throw error;
   }
   return bytes;
@@ -92,7 +96,6 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
   let bytes: number;
   try {
     bytes = await copyBody(body, file, hash, start, download);
-    await file.sync();
   } finally {
     await file.close();
   }

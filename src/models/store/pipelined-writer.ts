@@ -1,0 +1,68 @@
+import type { FileHandle } from "node:fs/promises";
+
+// Writing a large download without stalling it: chunks are gathered into batches, one batch is
+// written (on the I/O thread pool) while the next is received and hashed, and what was written
+// is flushed to disk in the background every so often, so that the final fsync is short. A batch
+// never waits long in memory: when the source stalls or fails, what arrived is still written, and
+// a later pull resumes after it.
+
+const BATCH_BYTES = 4 << 20;
+const FLUSH_BYTES = 128 << 20;
+const BATCH_WAIT_MS = 50;
+
+export type PipelinedWriter = {
+  add(chunk: Uint8Array): Promise<void>;
+  /** Writes what is left and fsyncs: the file is then durable. */
+  finish(): Promise<void>;
+  /** After a failure: writes what arrived, waits for writes in flight (errors ignored). */
+  settle(): Promise<void>;
+};
+
+export function pipelinedWriter(file: FileHandle): PipelinedWriter {
+  let inFlight: Promise<unknown> = Promise.resolve();
+  let flushing: Promise<unknown> = Promise.resolve();
+  let batch: Uint8Array[] = [];
+  let batched = 0;
+  let sinceFlush = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+
+  function startWrite(): void {
+    clearTimeout(timer);
+    timer = undefined;
+    if (batched === 0) return;
+    const parts = batch;
+    batch = [];
+    sinceFlush += batched;
+    batched = 0;
+    inFlight = inFlight.then(() => file.writev(parts));
+    inFlight.catch(() => {}); // awaited by the next call; this only silences the interim
+    if (sinceFlush >= FLUSH_BYTES) {
+      sinceFlush = 0;
+      flushing = Promise.all([flushing, inFlight]).then(() => file.datasync());
+      flushing.catch(() => {});
+    }
+  }
+
+  return {
+    async add(chunk) {
+      batch.push(chunk);
+      batched += chunk.byteLength;
+      if (batched >= BATCH_BYTES) {
+        await inFlight; // one batch in flight at most: memory stays flat
+        startWrite();
+      } else {
+        timer ??= setTimeout(startWrite, BATCH_WAIT_MS);
+      }
+    },
+    async finish() {
+      startWrite();
+      await inFlight;
+      await flushing;
+      await file.sync();
+    },
+    async settle() {
+      startWrite();
+      await Promise.allSettled([inFlight, flushing]);
+    },
+  };
+}
