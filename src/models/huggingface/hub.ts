@@ -1,6 +1,6 @@
 import * as z from "zod";
 import { notInRegistry, unauthorized, upstreamFailure } from "../errors.ts";
-import type { BlobSource } from "../store/blobs.ts";
+import { resumedAt, type BlobSource } from "../store/blobs.ts";
 
 // A client of the Hugging Face Hub HTTP API: the file list of a model repository (with each
 // LFS file's sha256, which becomes its blob digest) and downloads with Range. The base URL is
@@ -55,6 +55,6 @@ export function fileSource(options: HubOptions, repository: string, file: HubFil
     const range: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
     const response = await send(options, url, { headers: headers(options, range), signal }, file.path);
     if (!response.body) throw upstreamFailure(`the Hugging Face Hub sent no body for ${file.path}`);
-    return { body: response.body, start: response.status === 206 ? offset : 0 };
+    return { body: response.body, start: resumedAt(response, offset) };
   };
 }

@@ -1,7 +1,7 @@
 import * as z from "zod";
 import { notInRegistry, unauthorized, unsupportedArtifact, upstreamFailure } from "../errors.ts";
 import { DOCKER_HUB, type ModelReference } from "../reference.ts";
-import type { BlobSource } from "../store/blobs.ts";
+import { resumedAt, type BlobSource } from "../store/blobs.ts";
 import { digestOf } from "../store/manifests.ts";
 import { authorize, parseChallenge, type Credentials } from "./auth.ts";
 
@@ -113,7 +113,7 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
         const response = await send(`/blobs/${descriptor.digest}`, range, signal);
         checkStatus(response, `blob ${descriptor.digest}`);
         if (!response.body) throw upstreamFailure(`the registry sent no body for ${descriptor.digest}`);
-        return { body: response.body, start: response.status === 206 ? offset : 0 };
+        return { body: response.body, start: resumedAt(response, offset) };
       };
     },
   };

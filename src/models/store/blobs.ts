@@ -22,6 +22,17 @@ export type BlobDownload = {
   onProgress?: (bytes: number) => void;
 };
 
+/**
+ * Where a response to `Range: bytes=<offset>-` really starts: `offset` for a 206 whose
+ * Content-Range says so, 0 for a full 200 answer. Any other 206 cannot be appended safely.
+ */
+export function resumedAt(response: Response, offset: number): number {
+  if (response.status !== 206) return 0;
+  const start = /^bytes (\d+)-/.exec(response.headers.get("content-range") ?? "")?.[1];
+  if (Number(start) !== offset) throw new Error(`the server answered a range request from ${offset} with ${response.headers.get("content-range")}`);
+  return offset;
+}
+
 export class DigestMismatchError extends Error {
   constructor(expected: string, actual: string) {
     super(`downloaded content does not match its digest: expected ${expected}, got ${actual}`);

@@ -1,0 +1,37 @@
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../../src/config.ts";
+
+describe("model management settings", () => {
+  it("has defaults", () => {
+    const { models } = loadConfig({}, []);
+    expect(models).toMatchObject({ defaultRegistry: "docker.io", insecureRegistries: [], registryCredentials: {}, hfEndpoint: "https://huggingface.co" });
+    expect(models.path).toMatch(/models$/);
+    expect(models.hfToken).toBeUndefined();
+  });
+
+  it("reads the store, registries, credentials and the Hub from the env", () => {
+    const { models } = loadConfig(
+      {
+        MODELS_PATH: "/srv/models",
+        DEFAULT_REGISTRY: "LOCALHOST:5000",
+        REGISTRY_INSECURE: "reg.lan:5000, other.lan",
+        REGISTRY_CREDENTIALS: "reg.lan:5000=me:pa:ss,docker.io=u:p",
+        HF_ENDPOINT: "http://hub.lan/",
+        HF_TOKEN: "hf_x",
+      },
+      [],
+    );
+    expect(models).toEqual({
+      path: "/srv/models",
+      defaultRegistry: "localhost:5000",
+      insecureRegistries: ["reg.lan:5000", "other.lan"],
+      registryCredentials: { "reg.lan:5000": { username: "me", password: "pa:ss" }, "docker.io": { username: "u", password: "p" } },
+      hfEndpoint: "http://hub.lan",
+      hfToken: "hf_x",
+    });
+  });
+
+  it.each([{ DEFAULT_REGISTRY: "http://x" }, { REGISTRY_CREDENTIALS: "nohost" }, { HF_ENDPOINT: "ftp://x" }])("rejects %j", (env) => {
+    expect(() => loadConfig(env, [])).toThrow(ConfigError);
+  });
+});

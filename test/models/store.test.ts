@@ -1,0 +1,103 @@
+import { createHash } from "node:crypto";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { createModelStore, type ModelStore } from "../../src/models/index.ts";
+import type { BlobSource } from "../../src/models/store/blobs.ts";
+
+// The store on its own: blobs verified before they are named, the index replaced whole, and
+// concurrent writers in one process that do not lose each other's changes.
+
+let root: string;
+afterEach(async () => {
+  if (root) await rm(root, { recursive: true, force: true });
+});
+
+const digestOf = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+const source = (bytes: Uint8Array): BlobSource => async (offset) => ({
+  body: new Blob([bytes.subarray(offset) as Uint8Array<ArrayBuffer>]).stream() as ReadableStream<Uint8Array>,
+  start: offset,
+});
+
+async function addModel(store: ModelStore, tag: string, weights: Uint8Array) {
+  const digest = digestOf(weights);
+  await store.downloadBlob({ digest, size: weights.byteLength, source: source(weights), signal: new AbortController().signal });
+  return store.add({
+    manifest: new TextEncoder().encode(JSON.stringify({ tag, digest })),
+    tag,
+    created: 1,
+    config: { format: "gguf" },
+    files: { gguf: [digest] },
+  });
+}
+
+describe("the model store", () => {
+  it("keeps every model when many are added and deleted at once", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const weights = Array.from({ length: 12 }, (_, i) => new TextEncoder().encode(`weights ${i}`));
+    const added = await Promise.all(weights.map((w, i) => addModel(store, `ai/m${i}:latest`, w)));
+    await Promise.all([
+      ...added.slice(0, 6).map((m) => store.remove(m.id, undefined)),
+      ...added.slice(6).map((m) => store.addTag(m.id, `${m.tags[0]!.replace(":latest", "")}:extra`)),
+    ]);
+    const listed = await store.list();
+    expect(listed.map((m) => m.tags).sort()).toEqual(added.slice(6).map((m) => [m.tags[0], m.tags[0]!.replace(":latest", ":extra")]).sort());
+    const blobs = await readdir(store.layout.blobsDir);
+    expect(blobs.sort()).toEqual(added.slice(6).map((m) => m.ggufPath.split("/").at(-1)).sort());
+    expect(JSON.parse(await readFile(store.layout.indexFile, "utf8")).models).toHaveLength(6);
+  });
+
+  it("keeps a blob that a running pull has pinned when another model using it is deleted", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const shared = new TextEncoder().encode("shared weights");
+    const model = await addModel(store, "ai/a:latest", shared);
+    const unpin = store.pin([digestOf(shared)]);
+    await store.remove(model.id, undefined);
+    expect(await store.hasBlob(digestOf(shared))).toBe(true);
+    unpin();
+  });
+
+  it("refuses to record a model whose blob is missing, and refuses a blob that does not match its digest", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const absent = digestOf(new TextEncoder().encode("absent"));
+    await expect(
+      store.add({ manifest: new Uint8Array([1]), tag: "ai/x:latest", created: 1, config: {}, files: { gguf: [absent] } }),
+    ).rejects.toThrow(/missing/);
+    const bytes = new TextEncoder().encode("real");
+    await expect(
+      store.downloadBlob({ digest: absent, size: bytes.byteLength, source: source(bytes), signal: new AbortController().signal }),
+    ).rejects.toThrow(/does not match/);
+    expect(await store.list()).toEqual([]);
+    expect(await readdir(store.layout.blobsDir)).toEqual([]);
+  });
+
+  it("resumes a partial blob from its .incomplete bytes", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const bytes = new TextEncoder().encode("0123456789".repeat(100));
+    const digest = digestOf(bytes);
+    await mkdir(store.layout.blobsDir, { recursive: true });
+    await writeFile(store.layout.incompleteBlob(digest), bytes.subarray(0, 300));
+    const offsets: number[] = [];
+    await store.downloadBlob({
+      digest,
+      size: bytes.byteLength,
+      source: async (offset, signal) => {
+        offsets.push(offset);
+        return source(bytes)(offset, signal);
+      },
+      signal: new AbortController().signal,
+    });
+    expect(offsets).toEqual([300]);
+    expect(new Uint8Array(await readFile(store.layout.blob(digest)))).toEqual(bytes);
+  });
+
+  it("validates a digest before it becomes a path", () => {
+    const store = createModelStore("/nonexistent");
+    expect(() => store.layout.blob("sha256:../../etc/passwd")).toThrow(/not a sha256 digest/);
+  });
+});
