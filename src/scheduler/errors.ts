@@ -1,0 +1,24 @@
+import { HttpError } from "../http/errors.ts";
+
+// The scheduler's failures, each with the status a client gets.
+
+export const loadFailed = (model: string, cause: unknown) =>
+  new HttpError(503, "unavailable_error", "model_load_failed", `model ${model} failed to load: ${describe(cause)}`);
+
+export const queueFull = (model: string) =>
+  new HttpError(503, "unavailable_error", "queue_full", `too many requests waiting for model ${model}; retry shortly`, {
+    "retry-after": "1",
+  });
+
+export const modelInUse = (model: string) =>
+  new HttpError(409, "conflict_error", "model_in_use", `model ${model} is serving requests; retry when it is idle`);
+
+export const runnerFailed = (model: string, cause: unknown) =>
+  new HttpError(502, "upstream_error", "runner_failed", `the runner of model ${model} failed: ${describe(cause)}`);
+
+/** A runner went away while a request waited for it: the scheduler retries on a fresh runner. */
+export class RunnerGone extends Error {}
+
+export function describe(cause: unknown): string {
+  return cause instanceof Error ? cause.message : String(cause);
+}

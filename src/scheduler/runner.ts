@@ -1,0 +1,214 @@
+import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
+import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
+
+// One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
+// and the leases it hands out. Only `enter` changes the state; callers ask (`acquire`, `stop`).
+
+export type RunnerState = "loading" | "ready" | "draining" | "stopping" | "stopped";
+
+const NEXT: Record<RunnerState, RunnerState[]> = {
+  loading: ["ready", "stopped"],
+  ready: ["draining", "stopping", "stopped"],
+  draining: ["stopping", "stopped"],
+  stopping: ["stopped"],
+  stopped: [],
+};
+
+/** One request's hold on a runner slot; released when the response body ends. */
+export interface Lease {
+  readonly fetch: typeof fetch;
+  /** Why the runner ended, once it has (for the error a client gets). */
+  readonly exited: Promise<Error>;
+  release(): void;
+}
+
+export type RunnerEvents = {
+  /** The runner has no request and none waiting (room for another load may come from it). */
+  idle(runner: Runner): void;
+  /** Idle for its keep-alive: the scheduler unloads it. */
+  expired(runner: Runner): void;
+  /** Stopped for good: load failure, crash, or stop. */
+  gone(runner: Runner, crashed: boolean): void;
+  loaded(runner: Runner, ms: number): void;
+  loadFailed(runner: Runner): void;
+};
+
+export type RunnerOptions = {
+  key: string;
+  modelId: string;
+  /** The name people know it by, for messages and listings. */
+  model: string;
+  mode: Mode;
+  spec: RunnerSpec;
+  slots: number;
+  queueDepth: number;
+  keepAliveMs: number;
+};
+
+type Waiter = { grant(lease: Lease): void; fail(error: unknown): void };
+
+export class Runner {
+  readonly options: RunnerOptions;
+  state: RunnerState = "loading";
+  lastUsed = Date.now();
+  inUse = 0;
+  readonly stopped: Promise<void>;
+  private readonly events: RunnerEvents;
+  private readonly waiters: Waiter[] = [];
+  private readonly loadAbort = new AbortController();
+  private process: RunnerProcess | undefined;
+  private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
+  private markStopped!: () => void;
+
+  constructor(options: RunnerOptions, start: StartRunner, events: RunnerEvents) {
+    this.options = options;
+    this.events = events;
+    this.stopped = new Promise((resolve) => (this.markStopped = resolve));
+    void this.load(start);
+  }
+
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
+  /** Loading, serving, or with requests queued: such a runner is never evicted. */
+  get busy(): boolean {
+    return this.state === "loading" || this.inUse > 0 || this.waiters.length > 0;
+  }
+
+  /** A slot, now or in FIFO order; 503 at once when the queue is full. */
+  acquire(signal?: AbortSignal): Promise<Lease> {
+    if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
+    signal?.throwIfAborted();
+    if (this.state === "ready" && this.inUse < this.options.slots) return Promise.resolve(this.lease());
+    if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) {
+      return Promise.reject(queueFull(this.options.model));
+    }
+    this.cancelKeepAlive();
+    return new Promise<Lease>((resolve, reject) => {
+      const onAbort = () => {
+        this.waiters.splice(this.waiters.indexOf(waiter), 1);
+        reject(signal!.reason);
+        this.checkIdle();
+      };
+      const waiter: Waiter = {
+        grant: (lease) => (signal?.removeEventListener("abort", onAbort), resolve(lease)),
+        fail: (error) => (signal?.removeEventListener("abort", onAbort), reject(error)),
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** A GET on the runner outside any slot (its `/metrics`); undefined unless ready. */
+  async scrape(path: string): Promise<string | undefined> {
+    if (this.state !== "ready" || !this.process) return undefined;
+    const response = await this.process.fetch(`http://runner${path}`);
+    return response.ok ? await response.text() : undefined;
+  }
+
+  /** Finish what is served and queued, then stop (new requests go to a fresh runner). */
+  drain(): void {
+    if (this.state === "loading") return void this.stop();
+    if (this.state !== "ready") return;
+    this.enter("draining");
+    this.checkIdle();
+  }
+
+  async stop(): Promise<void> {
+    this.cancelKeepAlive();
+    if (this.state === "loading") this.loadAbort.abort(new Error("unloaded while loading"));
+    else if (this.state === "ready" || this.state === "draining") {
+      this.enter("stopping");
+      this.failWaiters(new RunnerGone());
+      await this.process!.stop().catch(() => {});
+    }
+    await this.stopped;
+  }
+
+  private async load(start: StartRunner): Promise<void> {
+    const began = Date.now();
+    try {
+      this.process = await start(this.options.spec, this.loadAbort.signal);
+    } catch (error) {
+      this.enter("stopped");
+      if (!this.loadAbort.signal.aborted) this.events.loadFailed(this);
+      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error));
+      return this.finish(false);
+    }
+    if (this.loadAbort.signal.aborted) {
+      await this.process.stop().catch(() => {});
+      this.enter("stopped");
+      this.failWaiters(new RunnerGone());
+      return this.finish(false);
+    }
+    this.enter("ready");
+    this.events.loaded(this, Date.now() - began);
+    void this.process.exited.then(() => this.onExit());
+    this.grantWaiters();
+    this.checkIdle();
+  }
+
+  private onExit(): void {
+    const crashed = this.state === "ready" || this.state === "draining";
+    this.enter("stopped");
+    this.failWaiters(new RunnerGone());
+    this.finish(crashed);
+  }
+
+  private finish(crashed: boolean): void {
+    this.cancelKeepAlive();
+    this.markStopped();
+    this.events.gone(this, crashed);
+  }
+
+  private lease(): Lease {
+    this.inUse++;
+    this.cancelKeepAlive();
+    const process = this.process!;
+    let released = false;
+    return {
+      fetch: process.fetch,
+      exited: process.exited,
+      release: () => {
+        if (released) return;
+        released = true;
+        this.inUse--;
+        this.lastUsed = Date.now();
+        this.grantWaiters();
+        this.checkIdle();
+      },
+    };
+  }
+
+  private grantWaiters(): void {
+    while ((this.state === "ready" || this.state === "draining") && this.inUse < this.options.slots) {
+      const waiter = this.waiters.shift();
+      if (!waiter) return;
+      waiter.grant(this.lease());
+    }
+  }
+
+  private checkIdle(): void {
+    if (this.busy || (this.state !== "ready" && this.state !== "draining")) return;
+    if (this.state === "draining") return void this.stop();
+    this.events.idle(this);
+    const ms = this.options.keepAliveMs;
+    if (ms === 0) this.events.expired(this);
+    else if (Number.isFinite(ms)) this.keepAliveTimer = setTimeout(() => this.events.expired(this), ms);
+  }
+
+  private cancelKeepAlive(): void {
+    clearTimeout(this.keepAliveTimer);
+    this.keepAliveTimer = undefined;
+  }
+
+  private failWaiters(error: unknown): void {
+    for (const waiter of this.waiters.splice(0)) waiter.fail(error);
+  }
+
+  private enter(next: RunnerState): void {
+    if (!NEXT[this.state].includes(next)) throw new Error(`runner ${this.options.key}: ${this.state} -> ${next}`);
+    this.state = next;
+  }
+}

@@ -1,0 +1,72 @@
+import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { dirname } from "node:path";
+import * as z from "zod";
+import { refuseFlags } from "./flags.ts";
+import { KEEP_ALIVE_PATTERN } from "./policy.ts";
+
+// Per-model runner settings, set with POST /engines/_configure and kept in one JSON file, so that
+// they apply on every load: after an unload, after a restart. Keyed by model id, so every tag of a
+// model shares them.
+
+export const ModelSettings = z.object({
+  contextSize: z.number().int().nonnegative().optional(),
+  slots: z.number().int().min(1).max(64).optional(),
+  keepAlive: z.string().regex(KEEP_ALIVE_PATTERN).optional(),
+  runtimeFlags: z
+    .array(z.string())
+    .max(64)
+    .superRefine((flags, ctx) => {
+      const reason = refuseFlags(flags);
+      if (reason) ctx.addIssue({ code: "custom", message: reason });
+    })
+    .optional(),
+});
+export type ModelSettings = z.infer<typeof ModelSettings>;
+
+const SettingsFile = z.record(z.string(), ModelSettings);
+
+export interface SettingsStore {
+  get(modelId: string): Promise<ModelSettings>;
+  /** Merges `changes` into the model's settings and writes the file (temporary name, then rename). */
+  update(modelId: string, changes: ModelSettings): Promise<ModelSettings>;
+}
+
+export function createSettingsStore(file: string): SettingsStore {
+  let cache: Promise<Record<string, ModelSettings>> | undefined;
+  let writing: Promise<unknown> = Promise.resolve();
+  const all = () => (cache ??= readSettings(file));
+  return {
+    async get(modelId) {
+      return (await all())[modelId] ?? {};
+    },
+    async update(modelId, changes) {
+      const settings = await all();
+      const merged = { ...settings[modelId], ...changes };
+      settings[modelId] = merged;
+      // Writes in call order, so the last update is the one on disk.
+      writing = writing.catch(() => {}).then(() => writeSettings(file, settings));
+      await writing;
+      return merged;
+    },
+  };
+}
+
+async function readSettings(file: string): Promise<Record<string, ModelSettings>> {
+  let text: string;
+  try {
+    text = await readFile(file, "utf8");
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
+    throw error;
+  }
+  const parsed = SettingsFile.safeParse(JSON.parse(text));
+  if (!parsed.success) throw new Error(`${file}: invalid model settings: ${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}
+
+async function writeSettings(file: string, settings: Record<string, ModelSettings>): Promise<void> {
+  await mkdir(dirname(file), { recursive: true });
+  const temporary = `${file}.${crypto.randomUUID()}.tmp`;
+  await writeFile(temporary, JSON.stringify(settings, null, 2) + "\n");
+  await rename(temporary, file);
+}

@@ -1,0 +1,238 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { HttpError } from "../../src/http/errors.ts";
+import { createScheduler, type SchedulerLimits } from "../../src/scheduler/scheduler.ts";
+import type { ModelSettings, SettingsStore } from "../../src/scheduler/settings.ts";
+import type { ModelRef } from "../../src/scheduler/types.ts";
+import { fakeStarter, tick } from "./fake-runner.ts";
+
+const model = (name: string): ModelRef => ({ id: `sha256:${name}`, tags: [`ai/${name}:latest`], ggufPath: `${name}.gguf` });
+const A = model("a");
+const B = model("b");
+const C = model("c");
+
+function memorySettings(initial: Record<string, ModelSettings> = {}): SettingsStore {
+  const all = { ...initial };
+  return {
+    get: async (id) => all[id] ?? {},
+    update: async (id, changes) => (all[id] = { ...all[id], ...changes }),
+  };
+}
+
+function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings()) {
+  const fake = fakeStarter();
+  const scheduler = createScheduler({
+    start: fake.start,
+    settings,
+    limits: { maxRunners: 2, slots: 1, queueDepth: 1, keepAlive: "5m", ...limits },
+  });
+  return { ...fake, scheduler };
+}
+
+describe("scheduler", () => {
+  beforeEach(() => void vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] }));
+  afterEach(() => void vi.useRealTimers());
+  const flush = async () => {
+    await vi.advanceTimersByTimeAsync(0);
+    await tick();
+  };
+
+  it("shares one load between concurrent requests for a model", async () => {
+    const { scheduler, pending, finishLoads, started } = setup({ slots: 2 });
+    const requests = [scheduler.acquire(A, "completion"), scheduler.acquire(A, "completion")];
+    await flush();
+    expect(pending).toHaveLength(1);
+    void finishLoads();
+    await flush();
+    const leases = await Promise.all(requests);
+    expect(started).toHaveLength(1);
+    expect(scheduler.runners()[0]).toMatchObject({ state: "ready", inUse: 2 });
+    leases.forEach((l) => l.release());
+  });
+
+  it("runs one runner per (model, mode)", async () => {
+    const { scheduler, pending } = setup();
+    void scheduler.acquire(A, "completion");
+    void scheduler.acquire(A, "embedding");
+    await flush();
+    expect(pending.map((p) => p.spec.mode)).toEqual(["completion", "embedding"]);
+  });
+
+  it("answers a failed load with 503 carrying the runner's error, and loads afresh next time", async () => {
+    const { scheduler, pending, finishLoads } = setup();
+    const request = scheduler.acquire(A, "completion");
+    await flush();
+    void finishLoads(new Error("unknown model architecture: 'qwen9'"));
+    const error = await request.catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(HttpError);
+    expect(error).toMatchObject({ status: 503, message: expect.stringContaining("unknown model architecture") });
+    expect(scheduler.runners()).toEqual([]);
+    void scheduler.acquire(A, "completion");
+    await flush();
+    expect(pending).toHaveLength(1);
+  });
+
+  it("queues beyond the slots in FIFO order and answers 503 with Retry-After when the queue is full", async () => {
+    const { scheduler, finishLoads } = setup({ slots: 1, queueDepth: 2 });
+    const first = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const lease1 = await first;
+    const order: number[] = [];
+    const second = scheduler.acquire(A, "completion").then((l) => (order.push(2), l));
+    const third = scheduler.acquire(A, "completion").then((l) => (order.push(3), l));
+    await flush();
+    const full = await scheduler.acquire(A, "completion").catch((e: HttpError) => e);
+    expect(full).toMatchObject({ status: 503, code: "queue_full", headers: { "retry-after": "1" } });
+    lease1.release();
+    (await second).release();
+    (await third).release();
+    expect(order).toEqual([2, 3]);
+  });
+
+  it("drops a queued request whose client went away", async () => {
+    const { scheduler, finishLoads } = setup({ slots: 1, queueDepth: 1 });
+    const first = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const lease = await first;
+    const abort = new AbortController();
+    const queued = scheduler.acquire(A, "completion", abort.signal);
+    abort.abort(new Error("client gone"));
+    await expect(queued).rejects.toThrow("client gone");
+    expect(scheduler.runners()[0]).toMatchObject({ inUse: 1, waiting: 0 });
+    // The queue has room again.
+    const next = scheduler.acquire(A, "completion");
+    lease.release();
+    (await next).release();
+  });
+
+  it("unloads the least recently used idle runner to make room, never one in use", async () => {
+    const { scheduler, finishLoads, started } = setup({ maxRunners: 2 });
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    (await a).release();
+    vi.advanceTimersByTime(10);
+    const b = scheduler.acquire(B, "completion");
+    await flush();
+    await finishLoads();
+    const leaseB = await b;
+    const c = scheduler.acquire(C, "completion");
+    await flush();
+    await finishLoads();
+    (await c).release();
+    expect(started[0]!.stopped).toBe(true); // A: idle and oldest
+    expect(started[1]!.stopped).toBe(false); // B: in use
+    expect(scheduler.runners().map((r) => r.model).sort()).toEqual(["ai/b:latest", "ai/c:latest"]);
+    leaseB.release();
+  });
+
+  it("waits for a runner to go idle when every runner is in use", async () => {
+    const { scheduler, finishLoads, pending } = setup({ maxRunners: 1 });
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const leaseA = await a;
+    const b = scheduler.acquire(B, "completion");
+    await flush();
+    expect(pending).toHaveLength(0);
+    leaseA.release();
+    await flush();
+    expect(pending.map((p) => p.spec.name)).toEqual(["ai/b:latest"]);
+    await finishLoads();
+    (await b).release();
+  });
+
+  it("unloads an idle runner after its keep-alive, timed from the end of its last request", async () => {
+    const { scheduler, finishLoads, started } = setup({ keepAlive: "5m" });
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const lease = await a;
+    vi.advanceTimersByTime(10 * 60_000);
+    expect(started[0]!.stopped).toBe(false);
+    lease.release();
+    vi.advanceTimersByTime(5 * 60_000 - 1);
+    expect(started[0]!.stopped).toBe(false);
+    vi.advanceTimersByTime(1);
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    expect(scheduler.runners()).toEqual([]);
+  });
+
+  it.each([
+    ["0", true],
+    ["-1", false],
+  ])("applies a per-model keep_alive of %s", async (keepAlive, stopped) => {
+    const settings = memorySettings({ [A.id]: { keepAlive } });
+    const { scheduler, finishLoads, started } = setup({}, settings);
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    (await a).release();
+    vi.advanceTimersByTime(24 * 3_600_000);
+    await flush();
+    expect(started[0]!.stopped).toBe(stopped);
+  });
+
+  it("starts a fresh runner after a crash", async () => {
+    const { scheduler, finishLoads, started, pending } = setup();
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const lease = await a;
+    started[0]!.crash("SIGKILL");
+    await flush();
+    lease.release();
+    expect(scheduler.runners()).toEqual([]);
+    void scheduler.acquire(A, "completion");
+    await flush();
+    expect(pending).toHaveLength(1);
+  });
+
+  it("applies settings on load: context size, slots, flags", async () => {
+    const settings = memorySettings({ [A.id]: { contextSize: 2048, slots: 3, runtimeFlags: ["--threads", "1"] } });
+    const { scheduler, pending } = setup({}, settings);
+    void scheduler.acquire(A, "embedding");
+    await flush();
+    expect(pending[0]!.spec).toEqual({
+      name: "ai/a:latest",
+      modelPath: "a.gguf",
+      mode: "embedding",
+      contextSize: 2048,
+      parallel: 3,
+      extraArgs: ["--threads", "1"],
+    });
+  });
+
+  it("unload leaves a runner in use alone; unloadModel refuses with 409", async () => {
+    const { scheduler, finishLoads } = setup();
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const lease = await a;
+    expect(await scheduler.unload(() => true)).toBe(0);
+    await expect(scheduler.unloadModel(A)).rejects.toMatchObject({ status: 409 });
+    lease.release();
+    expect(await scheduler.unload(() => true)).toBe(1);
+    expect(scheduler.runners()).toEqual([]);
+  });
+
+  it("reload lets the old runner finish, and sends new requests to a fresh one", async () => {
+    const { scheduler, finishLoads, started } = setup({ maxRunners: 4 });
+    const a = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    const lease = await a;
+    scheduler.reload(A);
+    const fresh = scheduler.acquire(A, "completion");
+    await flush();
+    await finishLoads();
+    expect(started).toHaveLength(2);
+    expect(started[0]!.stopped).toBe(false);
+    lease.release();
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    (await fresh).release();
+  });
+});
