@@ -30,12 +30,8 @@ export function createAlbumHandler(deps: AlbumDeps): FetchHandler {
   ]);
 }
 
-// Written by hand because ids are bigints, which JSON.stringify refuses; this also fixes the
-// field order and drops whatever else the photo service sent.
+// albumId is canonical decimal text already, and photo ids serialise exactly (see int64.ts); the
+// schema fixed the photos' fields and their order.
 function albumJson(albumId: string, photos: Photo[]): string {
-  const items = photos.map(
-    (p) =>
-      `{"id":${p.id},"title":${JSON.stringify(p.title)},"url":${JSON.stringify(p.url)},"thumbnailUrl":${JSON.stringify(p.thumbnailUrl)}}`,
-  );
-  return `{"albumId":${albumId},"photos":[${items.join(",")}]}`;
+  return `{"albumId":${albumId},"photos":${JSON.stringify(photos)}}`;
 }

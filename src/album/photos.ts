@@ -1,6 +1,7 @@
 import * as z from "zod";
 import { HttpError } from "../http/errors.ts";
-import { inInt64Range, parseJsonWithExactIds } from "./int64.ts";
+import { deadline } from "./deadline.ts";
+import { Int64Json, parseJsonWithExactIds } from "./int64.ts";
 
 // The client of the external photo service: one GET per album, no retries (the contract asks for
 // exactly one call), and every failure mapped to the status a gateway owes its caller.
@@ -13,7 +14,7 @@ export type PhotoServiceDeps = {
 };
 
 const Photo = z.object({
-  id: z.bigint().refine(inInt64Range),
+  id: Int64Json,
   title: z.string().nullable(),
   url: z.string().nullable(),
   thumbnailUrl: z.string().nullable(),
@@ -34,39 +35,36 @@ const gatewayError = (status: 502 | 504, code: string, message: string) =>
   new HttpError(status, status === 504 ? "timeout_error" : "upstream_error", code, message);
 
 export async function fetchAlbumPhotos(deps: PhotoServiceDeps, albumId: string, clientSignal: AbortSignal): Promise<Photo[]> {
-  const timeout = AbortSignal.timeout(deps.timeoutMs);
-  const signal = AbortSignal.any([clientSignal, timeout]);
-  const failed = (error: unknown): never => {
-    if (timeout.aborted) {
+  const call = deadline(clientSignal, deps.timeoutMs);
+  try {
+    return parsePhotos(await fetchText(deps, `${deps.baseUrl}/albums/${albumId}/photos`, call.signal));
+  } catch (error) {
+    if (error instanceof UpstreamStatus || error instanceof HttpError) throw error;
+    if (call.expired()) {
       throw gatewayError(504, "upstream_timeout", `photo service did not answer within ${deps.timeoutMs} ms`);
     }
     // The client is gone: nobody reads this answer, and it is no fault of ours worth logging.
     if (clientSignal.aborted) throw new HttpError(499, "invalid_request_error", "client_closed", "client went away");
     throw gatewayError(502, "upstream_unreachable", `photo service unreachable: ${describe(error)}`);
-  };
-
-  let text: string;
-  try {
-    const response = await deps.fetch(`${deps.baseUrl}/albums/${albumId}/photos`, {
-      headers: { accept: "application/json" },
-      signal,
-      // Following a redirect would be a second call to the photo service; the contract allows one.
-      redirect: "manual",
-    });
-    if (response.status >= 400) {
-      await response.body?.cancel();
-      throw new UpstreamStatus(response.status);
-    }
-    if (response.status >= 300) {
-      await response.body?.cancel();
-      throw gatewayError(502, "upstream_unexpected_status", `photo service answered ${response.status}`);
-    }
-    text = await response.text();
-  } catch (error) {
-    if (error instanceof UpstreamStatus || error instanceof HttpError) throw error;
-    return failed(error);
+  } finally {
+    call.finish();
   }
-  return parsePhotos(text);
+}
+
+/** The body of a 2xx answer; an error status becomes `UpstreamStatus`, anything else a 502. */
+async function fetchText(deps: PhotoServiceDeps, url: string, signal: AbortSignal): Promise<string> {
+  const response = await deps.fetch(url, {
+    headers: { accept: "application/json" },
+    signal,
+    // Following a redirect would be a second call to the photo service; the contract allows one.
+    redirect: "manual",
+  });
+  if (response.status >= 300) {
+    await response.body?.cancel();
+    if (response.status >= 400) throw new UpstreamStatus(response.status);
+    throw gatewayError(502, "upstream_unexpected_status", `photo service answered ${response.status}`);
+  }
+  return response.text();
 }
 
 function parsePhotos(text: string): Photo[] {

@@ -1,0 +1,111 @@
+import autocannon from "autocannon";
+import { startServer, type ServerProcess } from "../test/support/server-process.ts";
+
+// The album service's overhead: load, over loopback, (1) a fixed 50-photo upstream directly,
+// (2) a bare Bun proxy in front of it (fetch + wrap, nothing else) and (3) our album service on
+// Bun in front of it. Proxies are measured in alternating rounds, so that drift on a shared
+// machine hits both alike. Latencies are taken per response, in fractions of a millisecond.
+//
+//   npm run bench:album       (BENCH_SECONDS, BENCH_ROUNDS, BENCH_CONNECTIONS tune it)
+
+const seconds = Number(process.env.BENCH_SECONDS ?? 5);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 10);
+
+type Target = { name: string; url: string };
+type Figures = { requests: number; seconds: number; latencies: number[]; errors: number };
+
+const addressOf = (server: ServerProcess) => {
+  const url = /listening on (http:\/\/[\d.]+:\d+)/.exec(server.output())?.[1];
+  if (!url) throw new Error(`no address in:\n${server.output()}`);
+  return url;
+};
+
+function load(url: string, duration: number, figures?: Figures): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const instance = autocannon({ url, connections, duration }, (error, result) => {
+      if (error) return reject(error);
+      if (figures) {
+        figures.seconds += duration;
+        figures.errors += result.errors + result.timeouts + result.non2xx;
+      }
+      resolve();
+    });
+    if (figures) {
+      instance.on("response", (_client, status, _bytes, ms) => {
+        if (status === 200) {
+          figures.requests++;
+          figures.latencies.push(ms);
+        }
+      });
+    }
+  });
+}
+
+async function expectAlbum(url: string, photos: number): Promise<void> {
+  const response = await fetch(url);
+  const body = (await response.json()) as { photos?: unknown[] } | unknown[];
+  const count = Array.isArray(body) ? body.length : body.photos?.length;
+  if (response.status !== 200 || count !== photos) throw new Error(`${url} answered ${response.status}, ${count} photos`);
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? NaN;
+
+function summary(figures: Figures) {
+  const sorted = Float64Array.from(figures.latencies).sort();
+  return {
+    rps: figures.requests / figures.seconds,
+    p50: percentile([...sorted], 0.5),
+    p99: percentile([...sorted], 0.99),
+    errors: figures.errors,
+  };
+}
+
+async function main(): Promise<void> {
+  const started: ServerProcess[] = [];
+  try {
+    const upstream = await startServer({ runtime: "bun", entry: "bench/album/upstream.ts" });
+    started.push(upstream);
+    const base = addressOf(upstream);
+    const env = { PHOTOS_API_BASE_URL: base };
+    const bare = await startServer({ runtime: "bun", entry: "bench/album/bare-proxy.ts", env });
+    started.push(bare);
+    const ours = await startServer({ runtime: "bun", env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
+    started.push(ours);
+
+    const targets: Target[] = [
+      { name: "upstream (direct)", url: `${base}/albums/1/photos` },
+      { name: "bare Bun proxy", url: `${addressOf(bare)}/api/albums/1` },
+      { name: "album service", url: `${addressOf(ours)}/api/albums/1` },
+    ];
+    for (const t of targets) await expectAlbum(t.url, 50);
+    const figures = new Map(targets.map((t) => [t.name, { requests: 0, seconds: 0, latencies: [], errors: 0 } as Figures]));
+
+    console.log(`${connections} connections, ${rounds} rounds of ${seconds} s per target, after a warm-up`);
+    for (const t of targets) await load(t.url, 2);
+    for (let round = 1; round <= rounds; round++) {
+      for (const t of targets) await load(t.url, seconds, figures.get(t.name));
+      console.log(`round ${round}/${rounds} done`);
+    }
+    report(targets, figures);
+  } finally {
+    await Promise.all(started.map((s) => s.stop(2_000)));
+  }
+}
+
+function report(targets: Target[], figures: Map<string, Figures>): void {
+  const rows = targets.map((t) => ({ target: t.name, ...summary(figures.get(t.name)!) }));
+  console.log("\ntarget               req/s     p50 ms   p99 ms   errors");
+  for (const r of rows) {
+    console.log(
+      `${r.target.padEnd(18)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(9)} ${r.p99.toFixed(3).padStart(8)} ${String(r.errors).padStart(8)}`,
+    );
+  }
+  const [, bare, ours] = rows as [unknown, (typeof rows)[number], (typeof rows)[number]];
+  const ratio = ours.rps / bare.rps;
+  const extraP99 = ours.p99 - bare.p99;
+  console.log(`\nratio album service / bare proxy (req/s): ${ratio.toFixed(3)} (target >= 0.9: ${ratio >= 0.9 ? "met" : "missed"})`);
+  console.log(`p99 over the bare proxy's: ${extraP99.toFixed(3)} ms (target <= 1 ms: ${extraP99 <= 1 ? "met" : "missed"})`);
+}
+
+await main();

@@ -1,0 +1,43 @@
+import { describe, expect, it } from "vitest";
+import * as z from "zod";
+import { Int64Json, parseJsonWithExactIds } from "../../src/album/int64.ts";
+
+// Reading ids exactly: the fast path (plain JSON.parse) must never accept what the exact path
+// would read differently.
+
+const Ids = z.array(z.object({ id: Int64Json }));
+const idsOf = (text: string) => {
+  const parsed = Ids.safeParse(parseJsonWithExactIds(text));
+  return parsed.success ? JSON.stringify(parsed.data.map((p) => p.id)) : "rejected";
+};
+
+describe("parseJsonWithExactIds + Int64Json", () => {
+  it.each([
+    ['[{"id":1},{"id":-2},{"id":0}]', "[1,-2,0]"],
+    ['[{"id":-0}]', "[0]"],
+    ['[{"id":9007199254740991}]', "[9007199254740991]"],
+    ['[{"id":9007199254740993},{"id":1}]', "[9007199254740993,1]"],
+    ['[{"id":-9223372036854775808},{"id":9223372036854775807}]', "[-9223372036854775808,9223372036854775807]"],
+    ['[{"id" :\n 9007199254740993}]', "[9007199254740993]"],
+    ['[{"\\u0069d":9007199254740993}]', "[9007199254740993]"],
+    ['[{"title":"\\"id\\":1.5","id":2}]', "[2]"],
+    ['[{"title":"id","id":3}]', "[3]"],
+  ])("reads %s as %s", (text, ids) => {
+    expect(idsOf(text)).toBe(ids);
+  });
+
+  it.each([
+    '[{"id":1.0}]',
+    '[{"id":1.5}]',
+    '[{"id":1e3}]',
+    '[{"id":1E3}]',
+    '[{"id" : 1.0000000000000001}]',
+    '[{"\\u0069d":1.0}]',
+    '[{"id":9223372036854775808}]',
+    '[{"id":-9223372036854775809}]',
+    '[{"id":"1"}]',
+    '[{"id":null}]',
+  ])("rejects %s", (text) => {
+    expect(idsOf(text)).toBe("rejected");
+  });
+});
