@@ -122,6 +122,11 @@ export class Runner {
       this.enter("stopping");
       this.failWaiters(new RunnerGone());
       await this.process!.stop().catch(() => {});
+      // A runner's `exited` never settles after a stop we asked for: this is where it ends.
+      if ((this.state as RunnerState) === "stopping") {
+        this.enter("stopped");
+        this.finish(false);
+      }
     }
     await this.stopped;
   }
@@ -149,11 +154,12 @@ export class Runner {
     this.checkIdle();
   }
 
+  /** The process ended without being asked to: a crash. */
   private onExit(): void {
-    const crashed = this.state === "ready" || this.state === "draining";
+    if (this.state !== "ready" && this.state !== "draining") return;
     this.enter("stopped");
     this.failWaiters(new RunnerGone());
-    this.finish(crashed);
+    this.finish(true);
   }
 
   private finish(crashed: boolean): void {

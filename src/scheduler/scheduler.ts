@@ -64,6 +64,7 @@ export interface Scheduler {
 export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
   const leaving = new Set<Runner>();
+  let serial = 0;
   let capacityWaiters: (() => void)[] = [];
 
   const notifyCapacity = () => {
@@ -126,7 +127,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, slots),
+      spec: runnerSpec(model, mode, settings, slots, ++serial),
       slots,
       queueDepth: deps.limits.queueDepth,
       keepAliveMs: keepAliveMs(settings.keepAlive ?? deps.limits.keepAlive),
@@ -199,9 +200,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 }
 
 /** What the sidecar starts for a model in a mode with its settings. */
-export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings, slots: number): RunnerSpec {
+export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings, slots: number, serial: number): RunnerSpec {
   return {
-    name: modelName(model),
+    // Names the runner's socket and log: unique, even while a reloaded runner still drains.
+    name: `${model.id.replace(/^sha256:/, "").slice(0, 12)}-${mode}-${serial}`,
     modelPath: model.ggufPath,
     mode,
     contextSize: settings.contextSize,

@@ -1,27 +1,19 @@
 // What the scheduler needs from the world: a way to start one llama-server runner (the sidecar's
-// supervisor), and the models it runs. Structural types, so the scheduler and its tests depend on
-// the shape, not on the sidecar's or the store's modules.
+// supervisor), and the models it runs. Process and model are structural types, so that the
+// scheduler's unit tests can hand it small fakes.
 
-export type Mode = "completion" | "embedding";
+import type { RunnerMode, RunnerSpec } from "../../sidecar/index.ts";
+
+export type { RunnerSpec };
+export type Mode = RunnerMode;
 
 export const MODES: readonly Mode[] = ["completion", "embedding"];
-
-/** How one runner is started: what the sidecar turns into llama-server's argv. */
-export type RunnerSpec = {
-  name: string;
-  modelPath: string;
-  mode: Mode;
-  contextSize?: number;
-  parallel?: number;
-  gpuLayers?: number | "auto" | "all";
-  extraArgs?: string[];
-};
 
 /** One running llama-server: one-shot, it never restarts itself (the scheduler does). */
 export interface RunnerProcess {
   /** fetch against the runner's socket: the URL's host is ignored, its path is the runner's. */
   fetch: typeof fetch;
-  /** Settles (never rejects) when the process ends, with the reason. */
+  /** Settles with the reason when the process ends on its own (never after a stop we asked for). */
   exited: Promise<Error>;
   stop(): Promise<void>;
   logTail?(): string;

@@ -17,9 +17,9 @@ export function fakeStarter() {
         stopped: false,
         fetch: (async () => new Response("ok")) as unknown as typeof fetch,
         exited,
+        // Like the real sidecar: `exited` does not settle after a stop we asked for.
         async stop() {
           process.stopped = true;
-          settleExit(new Error("stopped"));
         },
         crash: (message) => settleExit(new Error(message)),
       };

@@ -138,7 +138,7 @@ describe("scheduler", () => {
     expect(pending).toHaveLength(0);
     leaseA.release();
     await flush();
-    expect(pending.map((p) => p.spec.name)).toEqual(["ai/b:latest"]);
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["b.gguf"]);
     await finishLoads();
     (await b).release();
   });
@@ -196,7 +196,7 @@ describe("scheduler", () => {
     void scheduler.acquire(A, "embedding");
     await flush();
     expect(pending[0]!.spec).toEqual({
-      name: "ai/a:latest",
+      name: "a-embedding-1",
       modelPath: "a.gguf",
       mode: "embedding",
       contextSize: 2048,
