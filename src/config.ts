@@ -1,6 +1,7 @@
-import { homedir } from "node:os";
+import { availableParallelism, homedir } from "node:os";
 import { join } from "node:path";
 import * as z from "zod";
+import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
 // handed to the wiring as one typed object. A property given on the command line as
@@ -58,6 +59,17 @@ const Settings = z.object({
   REGISTRY_CREDENTIALS: credentialList.default({}),
   HF_ENDPOINT: baseUrl.default("https://huggingface.co"),
   HF_TOKEN: z.string().optional(),
+  // Inference: llama-server runners and how requests are scheduled on them.
+  INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
+  INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
+  INFERENCE_QUEUE_DEPTH: z.coerce.number().int().nonnegative().default(64),
+  INFERENCE_KEEP_ALIVE: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"').default("5m"),
+  INFERENCE_BODY_LIMIT: z.coerce.number().int().positive().default(10 * 1024 * 1024),
+  INFERENCE_READY_TIMEOUT_MS: z.coerce.number().int().positive().default(300_000),
+  // Runner sockets and pid files (a socket path may hold at most 107 bytes: keep it short).
+  INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
+  INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
+  INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -88,6 +100,17 @@ function toConfig(s: z.infer<typeof Settings>) {
       registryCredentials: s.REGISTRY_CREDENTIALS,
       hfEndpoint: s.HF_ENDPOINT,
       hfToken: s.HF_TOKEN,
+    },
+    inference: {
+      maxRunners: s.INFERENCE_MAX_RUNNERS,
+      slots: s.INFERENCE_SLOTS,
+      queueDepth: s.INFERENCE_QUEUE_DEPTH,
+      keepAlive: s.INFERENCE_KEEP_ALIVE,
+      bodyLimit: s.INFERENCE_BODY_LIMIT,
+      readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
+      runtimeDir: s.INFERENCE_RUNTIME_DIR,
+      logDir: s.INFERENCE_LOG_DIR,
+      settingsPath: s.INFERENCE_SETTINGS_PATH,
     },
   };
 }
