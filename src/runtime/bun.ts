@@ -1,6 +1,6 @@
 /// <reference types="bun-types" />
 import { clearStaleSocket, removeSocket } from "./socket-file.ts";
-import type { FetchHandler, ListenTarget, Listener, Runtime } from "./types.ts";
+import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
 async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
@@ -27,11 +27,26 @@ function unixFetch(socketPath: string): typeof fetch {
     fetch(input, { ...init, unix: socketPath })) as typeof fetch;
 }
 
+async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
+  const child = Bun.spawn([command, ...args], { env: options.env, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  return {
+    pid: child.pid,
+    stdout: child.stdout,
+    stderr: child.stderr,
+    exited: child.exited.then((code): ChildExit => {
+      const signal = child.signalCode ? String(child.signalCode) : null;
+      return { code: signal ? null : code, signal };
+    }),
+    kill: (signal) => child.kill(signal),
+  };
+}
+
 export const bunRuntime: Runtime = {
   name: "bun",
   version: Bun.version,
   serve,
   unixFetch,
+  spawn,
   onShutdownSignal(fn) {
     let fired = false;
     const once = (signal: string) => {

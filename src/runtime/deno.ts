@@ -1,5 +1,6 @@
+import { Agent, fetch as undiciFetch } from "undici";
 import { clearStaleSocket, removeSocket } from "./socket-file.ts";
-import type { FetchHandler, ListenTarget, Listener, Runtime } from "./types.ts";
+import type { ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
 // The few Deno APIs we use, typed here so that the rest of the project needs no Deno types.
 interface DenoHttpServer {
@@ -7,7 +8,15 @@ interface DenoHttpServer {
   finished: Promise<void>;
   shutdown(): Promise<void>;
 }
+interface DenoChild {
+  pid: number;
+  stdout: ReadableStream<Uint8Array>;
+  stderr: ReadableStream<Uint8Array>;
+  status: Promise<{ code: number; signal: string | null }>;
+  kill(signal: string): void;
+}
 interface DenoApi {
+  Command: new (command: string, options: Record<string, unknown>) => { spawn(): DenoChild };
   version: { deno: string };
   serve(options: Record<string, unknown>, handler: FetchHandler): DenoHttpServer;
   createHttpClient(options: { proxy: { transport: "unix"; path: string } }): unknown;
@@ -39,9 +48,46 @@ async function serve(handler: FetchHandler, target: ListenTarget): Promise<Liste
 }
 
 function unixFetch(socketPath: string): typeof fetch {
-  const client = Deno.createHttpClient({ proxy: { transport: "unix", path: socketPath } });
-  return ((input: RequestInfo | URL, init?: RequestInit) =>
-    fetch(input, { ...init, client } as RequestInit)) as typeof fetch;
+  // Not Deno.createHttpClient's unix proxy: it sends the absolute URL as the request target (proxy
+  // style), which llama-server answers with 404. undici sends the path, as Bun and Node do; its
+  // response is re-wrapped as a native one so that Deno.serve can return it.
+  const dispatcher = new Agent({ connect: { socketPath }, headersTimeout: 0, bodyTimeout: 0 });
+  return (async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init);
+    const response = await undiciFetch(request.url, {
+      method: request.method,
+      headers: [...request.headers],
+      body: request.body ? await request.arrayBuffer() : undefined,
+      signal: request.signal,
+      dispatcher,
+    });
+    const { status, statusText } = response;
+    return new Response(response.body as ReadableStream | null, { status, statusText, headers: [...response.headers] });
+  }) as typeof fetch;
+}
+
+async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
+  const child = new Deno.Command(command, {
+    args,
+    env: options.env,
+    clearEnv: true,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  return {
+    pid: child.pid,
+    stdout: child.stdout,
+    stderr: child.stderr,
+    exited: child.status.then(({ code, signal }) => ({ code: signal ? null : code, signal })),
+    kill(signal) {
+      try {
+        child.kill(signal);
+      } catch {
+        // Already exited: Deno throws where the other runtimes ignore it.
+      }
+    },
+  };
 }
 
 export const denoRuntime: Runtime = {
@@ -49,6 +95,7 @@ export const denoRuntime: Runtime = {
   version: Deno.version.deno,
   serve,
   unixFetch,
+  spawn,
   onShutdownSignal(fn) {
     let fired = false;
     for (const signal of ["SIGINT", "SIGTERM"] as const) {

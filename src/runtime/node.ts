@@ -1,8 +1,11 @@
+import { spawn as spawnChild } from "node:child_process";
+import { once } from "node:events";
 import { createServer, type Server } from "node:http";
+import { Readable } from "node:stream";
 import { createServerAdapter } from "@whatwg-node/server";
 import { Agent } from "undici";
 import { clearStaleSocket, removeSocket } from "./socket-file.ts";
-import type { FetchHandler, ListenTarget, Listener, Runtime } from "./types.ts";
+import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
 function listen(server: Server, target: ListenTarget): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -47,11 +50,26 @@ function unixFetch(socketPath: string): typeof fetch {
     fetch(input, { ...init, dispatcher } as RequestInit)) as typeof fetch;
 }
 
+async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
+  const child = spawnChild(command, args, { env: options.env, stdio: ["ignore", "pipe", "pipe"] });
+  // "close" (not "exit"): by then stdout and stderr are drained, so the caller sees all output.
+  const exited = once(child, "close").then(([code, signal]) => ({ code, signal }) as ChildExit);
+  await once(child, "spawn"); // rejects with the "error" event (ENOENT, EACCES...)
+  return {
+    pid: child.pid as number,
+    stdout: Readable.toWeb(child.stdout) as unknown as ReadableStream<Uint8Array>,
+    stderr: Readable.toWeb(child.stderr) as unknown as ReadableStream<Uint8Array>,
+    exited,
+    kill: (signal) => void child.kill(signal),
+  };
+}
+
 export const nodeRuntime: Runtime = {
   name: "node",
   version: process.versions.node,
   serve,
   unixFetch,
+  spawn,
   onShutdownSignal(fn) {
     let fired = false;
     const once = (signal: string) => {

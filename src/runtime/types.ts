@@ -17,12 +17,34 @@ export interface Listener {
   close(graceMs?: number): Promise<void>;
 }
 
+/** How a child process ended: its exit code, or the signal that killed it. */
+export interface ChildExit {
+  readonly code: number | null;
+  readonly signal: string | null;
+}
+
+export interface ChildProcess {
+  readonly pid: number;
+  readonly stdout: ReadableStream<Uint8Array>;
+  readonly stderr: ReadableStream<Uint8Array>;
+  /** Settles once, when the process has exited. */
+  readonly exited: Promise<ChildExit>;
+  kill(signal: "SIGTERM" | "SIGKILL"): void;
+}
+
+export interface SpawnOptions {
+  /** The child's whole environment (nothing is inherited beyond it). */
+  env: Record<string, string>;
+}
+
 export interface Runtime {
   readonly name: "bun" | "deno" | "node";
   readonly version: string;
   serve(handler: FetchHandler, target: ListenTarget): Promise<Listener>;
   /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
   unixFetch(socketPath: string): typeof fetch;
+  /** Starts a process (stdin closed, stdout/stderr piped); rejects if it cannot be started. */
+  spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess>;
   /** Runs `fn` once on SIGINT or SIGTERM. */
   onShutdownSignal(fn: (signal: string) => void): void;
   exit(code: number): never;

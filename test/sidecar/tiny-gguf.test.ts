@@ -21,7 +21,9 @@ describe("tiny GGUF writer", () => {
     dirs.push(dir);
     const path = join(dir, "tiny.gguf");
     await writeTinyLlamaGguf(path);
-    const { metadata, tensorInfos } = await gguf(path, { allowLocalFile: true });
+    const parsed = await gguf(path, { allowLocalFile: true });
+    const { tensorInfos } = parsed;
+    const metadata = parsed.metadata as Record<string, unknown>;
     expect(metadata.version).toBe(3);
     expect(metadata["general.architecture"]).toBe("llama");
     expect(metadata["llama.context_length"]).toBe(512);

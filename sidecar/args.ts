@@ -1,0 +1,18 @@
+import type { RunnerSpec } from "./spec.ts";
+
+/**
+ * The llama-server command line for a runner listening on `socketPath`. Pure: table-tested.
+ * `--port` is passed although a Unix socket ignores it, because its default differs across releases.
+ */
+export function buildLlamaServerArgs(spec: RunnerSpec, socketPath: string): string[] {
+  const args = ["--model", spec.modelPath, "--alias", spec.name, "--host", socketPath, "--port", "0"];
+  args.push("--metrics", "--jinja", "--no-webui");
+  if (spec.contextSize !== undefined) args.push("--ctx-size", String(spec.contextSize));
+  if (spec.parallel !== undefined) args.push("--parallel", String(spec.parallel));
+  if (spec.gpuLayers !== undefined) args.push("--n-gpu-layers", spec.gpuLayers);
+  if (spec.mode === "embedding") {
+    args.push("--embeddings");
+    if (spec.pooling !== undefined) args.push("--pooling", spec.pooling);
+  }
+  return [...args, ...(spec.extraArgs ?? [])];
+}

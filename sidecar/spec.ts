@@ -1,0 +1,34 @@
+import * as z from "zod";
+
+// What one runner is: one llama-server process serving one model file in one mode.
+
+export type RunnerMode = "completion" | "embedding";
+export type PoolingType = "mean" | "cls" | "last" | "rank";
+
+export interface RunnerSpec {
+  /** Names the runner's socket, pid and log files: letters, digits, `.`, `_`, `-`. */
+  name: string;
+  modelPath: string;
+  mode: RunnerMode;
+  /** Context size in tokens; 0 = the model's own. Default: llama-server's (the model's own). */
+  contextSize?: number;
+  /** Parallel slots (llama-server `--parallel`). */
+  parallel?: number;
+  /** Layers on the GPU: a count, `auto` or `all`. */
+  gpuLayers?: string;
+  /** Embedding pooling; default: the one the model file declares. */
+  pooling?: PoolingType;
+  /** Further llama-server flags, appended last (so they win). */
+  extraArgs?: string[];
+}
+
+export const runnerSpecSchema = z.object({
+  name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "letters, digits, '.', '_', '-' (at most 64)"),
+  modelPath: z.string().min(1),
+  mode: z.enum(["completion", "embedding"]),
+  contextSize: z.int().min(0).optional(),
+  parallel: z.int().min(1).optional(),
+  gpuLayers: z.string().regex(/^(\d+|auto|all)$/, "a layer count, 'auto' or 'all'").optional(),
+  pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
+  extraArgs: z.array(z.string()).optional(),
+}) satisfies z.ZodType<RunnerSpec>;

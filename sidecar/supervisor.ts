@@ -1,0 +1,104 @@
+import { join } from "node:path";
+import { platform } from "node:os";
+import { env as processEnv } from "node:process";
+import * as z from "zod";
+import { clearStaleSocket } from "../src/runtime/socket-file.ts";
+import type { ChildProcess, Runtime } from "../src/runtime/types.ts";
+import { buildLlamaServerArgs } from "./args.ts";
+import { findOnPath, launchEnv, type LlamaServerBinary } from "./binary.ts";
+import { SidecarError } from "./errors.ts";
+import { cleanupLeftovers, pidFilePath, writePidFile } from "./leftovers.ts";
+import { RunnerOutput } from "./output.ts";
+import { SidecarProcess, type Sidecar } from "./process.ts";
+import { runnerSpecSchema, type RunnerSpec } from "./spec.ts";
+
+export interface SupervisorDeps {
+  runtime: Runtime;
+  binary: LlamaServerBinary;
+  /** Sockets and pid files; keep the path short (a socket path has at most 107 bytes). */
+  runDir: string;
+  /** One bounded log per runner, `<name>.log`. */
+  logDir: string;
+  /** How long a model may take to load. Default: 5 minutes. */
+  readyTimeoutMs?: number;
+  /** Between SIGTERM and SIGKILL on stop. Default: 5 s. */
+  stopGraceMs?: number;
+}
+
+export interface Supervisor {
+  /** Starts one runner and resolves once it answers /health with 200; rejects with a SidecarError. */
+  start(spec: RunnerSpec, signal?: AbortSignal): Promise<Sidecar>;
+  /** Ends runners and removes files that a previous run of ours left behind; call it before any start. */
+  cleanupLeftovers(): Promise<void>;
+}
+
+const MAX_SOCKET_PATH = 107;
+
+/**
+ * On Linux, llama-server is started through `setpriv --pdeathsig KILL`, so the kernel kills it when
+ * our process dies, however it dies. Elsewhere, cleanupLeftovers() on the next start is the net.
+ */
+function parentDeathPrefix(): string[] {
+  if (platform() !== "linux") return [];
+  const setpriv = findOnPath("setpriv", processEnv);
+  return setpriv ? [setpriv, "--pdeathsig", "KILL", "--"] : [];
+}
+
+function parseSpec(input: RunnerSpec): RunnerSpec {
+  const parsed = runnerSpecSchema.safeParse(input);
+  if (!parsed.success) throw new SidecarError("bad_argument", `invalid runner spec: ${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}
+
+async function claimSocket(socketPath: string, name: string): Promise<void> {
+  if (Buffer.byteLength(socketPath) > MAX_SOCKET_PATH) {
+    throw new SidecarError("bad_argument", `socket path too long (max ${MAX_SOCKET_PATH} bytes): ${socketPath}`);
+  }
+  try {
+    await clearStaleSocket(socketPath);
+  } catch {
+    throw new SidecarError("socket_in_use", `runner ${name} is already running (${socketPath} answers)`);
+  }
+}
+
+export function createSupervisor(deps: SupervisorDeps): Supervisor {
+  const { runtime, binary, runDir, logDir } = deps;
+  const prefix = parentDeathPrefix();
+  const env = launchEnv(binary.path, processEnv);
+
+  async function spawn(args: string[], output: RunnerOutput): Promise<ChildProcess> {
+    const [command, ...rest] = [...prefix, binary.path, ...args] as [string, ...string[]];
+    try {
+      return await runtime.spawn(command, rest, { env });
+    } catch (error) {
+      output.close();
+      throw new SidecarError("spawn_failed", `cannot start ${binary.path}: ${(error as Error).message}`);
+    }
+  }
+
+  async function start(input: RunnerSpec, signal?: AbortSignal): Promise<Sidecar> {
+    const spec = parseSpec(input);
+    signal?.throwIfAborted();
+    const socketPath = join(runDir, `${spec.name}.sock`);
+    await claimSocket(socketPath, spec.name);
+    const args = buildLlamaServerArgs(spec, socketPath);
+    const output = new RunnerOutput(join(logDir, `${spec.name}.log`));
+    output.write(`--- ${new Date().toISOString()} llama-server ${binary.version}: ${args.join(" ")}\n`);
+    const child = await spawn(args, output);
+    const pidFile = pidFilePath(runDir, spec.name);
+    writePidFile(pidFile, { pid: child.pid, socket: socketPath });
+    const sidecar = new SidecarProcess({
+      name: spec.name,
+      child,
+      socketPath,
+      pidFile,
+      output,
+      fetch: runtime.unixFetch(socketPath),
+      stopGraceMs: deps.stopGraceMs ?? 5_000,
+    });
+    await sidecar.untilReady(deps.readyTimeoutMs ?? 300_000, signal);
+    return sidecar;
+  }
+
+  return { start, cleanupLeftovers: () => cleanupLeftovers(runDir) };
+}
