@@ -101,14 +101,19 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
   if (download.size !== undefined && offset > download.size) offset = 0;
   const { body, start } = await download.source(offset, signal);
   const hash = createHash("sha256");
-  if (start > 0) await hashExisting(partial, hash, signal);
-  download.onProgress?.(start);
-  const file = await openAt(partial, start);
   let bytes: number;
   try {
-    bytes = await copyBody(body, file, hash, start, download);
-  } finally {
-    await file.close();
+    if (start > 0) await hashExisting(partial, hash, signal);
+    download.onProgress?.(start);
+    const file = await openAt(partial, start);
+    try {
+      bytes = await copyBody(body, file, hash, start, download);
+    } finally {
+      await file.close();
+    }
+  } catch (error) {
+    await body.cancel().catch(() => {}); // a no-op once the copy has released it
+    throw error;
   }
   const actual = `sha256:${hash.digest("hex")}`;
   if (actual !== digest || (download.size !== undefined && bytes !== download.size)) {
