@@ -1,4 +1,4 @@
-import { accessSync, constants, statSync } from "node:fs";
+import { statSync } from "node:fs";
 import { homedir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import * as z from "zod";
@@ -24,14 +24,16 @@ const envSchema = z.object({
   PATH: z.string().optional(),
   LLAMADOCK_CACHE: z.string().min(1).optional(),
   XDG_CACHE_HOME: z.string().min(1).optional(),
+  HOME: z.string().min(1).optional(),
 });
 
 const VERSION_TIMEOUT_MS = 15_000;
 
+// By mode bits, not access(2): Deno's accessSync needs the extra --allow-sys permission.
 function isExecutableFile(path: string): boolean {
   try {
-    accessSync(path, constants.X_OK);
-    return statSync(path).isFile();
+    const stat = statSync(path);
+    return stat.isFile() && (stat.mode & 0o111) !== 0;
   } catch {
     return false;
   }
@@ -40,7 +42,7 @@ function isExecutableFile(path: string): boolean {
 /** The folder where sidecar/build-llama-server.sh leaves the binary (keep the two in step). */
 export function cachedBuildDir(env: Env): string {
   const vars = envSchema.parse(env);
-  const root = vars.LLAMADOCK_CACHE ?? join(vars.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "llamadock");
+  const root = vars.LLAMADOCK_CACHE ?? join(vars.XDG_CACHE_HOME ?? join(vars.HOME ?? homedir(), ".cache"), "llamadock");
   return join(root, `llama.cpp-${LLAMA_CPP_RELEASE}`, "bin");
 }
 

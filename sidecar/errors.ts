@@ -105,7 +105,7 @@ export function explainExit(exit: ChildExit, tail: string): SidecarError {
     const match = tail.match(rule.pattern);
     if (match) return new SidecarError(rule.code, rule.message(match), tail, exit);
   }
-  const lastError = tail.split("\n").filter((line) => / E |error/i.test(line)).pop()?.trim();
+  const lastError = tail.split("\n").filter((line) => /(?:^|\s)E |error/i.test(line)).pop()?.trim();
   const detail = lastError ? `: ${lastError}` : "";
   return new SidecarError("exited", `llama-server ${describeExit(exit)}${detail}`, tail, exit);
 }

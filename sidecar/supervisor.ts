@@ -78,7 +78,7 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
 
   async function start(input: RunnerSpec, signal?: AbortSignal): Promise<Sidecar> {
     const spec = parseSpec(input);
-    signal?.throwIfAborted();
+    if (signal?.aborted) throw new SidecarError("aborted", `start of runner ${spec.name} aborted`);
     const socketPath = join(runDir, `${spec.name}.sock`);
     await claimSocket(socketPath, spec.name);
     const args = buildLlamaServerArgs(spec, socketPath);

@@ -1,0 +1,48 @@
+import { describe, expect, it } from "vitest";
+import { explainExit } from "../../sidecar/errors.ts";
+
+// Lines as llama-server v0.5.0 prints them (captured from the real binary).
+const exit1 = { code: 1, signal: null };
+const cases: Array<[string, string, string, RegExp]> = [
+  [
+    "missing model file",
+    "E gguf_init_from_file: failed to open GGUF file '/m/x.gguf' (No such file or directory)\nE llama_model_load: error loading model: llama_model_loader: failed to load model from /m/x.gguf",
+    "model_not_found",
+    /^model file not found: \/m\/x\.gguf$/,
+  ],
+  ["unreadable model file", "E gguf_init_from_file: failed to open GGUF file '/m/x.gguf' (Permission denied)", "model_unreadable", /Permission denied/],
+  ["not a GGUF", "E gguf_init_from_reader: invalid magic characters: 'W?)?', expected 'GGUF'\nE llama_model_load: error loading model: x", "invalid_model", /not a GGUF file/],
+  [
+    "truncated GGUF",
+    "E llama_model_load: error loading model: tensor 'output.weight' data is not within the file bounds, model is corrupted or incomplete",
+    "invalid_model",
+    /corrupt or incomplete/,
+  ],
+  ["unknown architecture", "E llama_model_load: error loading model: unknown model architecture: 'mamba9'", "invalid_model", /unsupported model architecture: mamba9/],
+  ["CUDA out of memory", "ggml_cuda_host_malloc: cudaMalloc failed: out of memory", "out_of_memory", /not enough GPU memory/],
+  ["host out of memory", "E ggml_aligned_malloc: insufficient memory (attempted to allocate 48828.12 MB)", "out_of_memory", /not enough memory/],
+  ["kv cache allocation", "E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache", "out_of_memory", /not enough memory/],
+  ["unknown flag", "I srv  llama_server: initializing ...\nerror: invalid argument: --bogus", "bad_argument", /does not know the option --bogus/],
+  ["bad flag value", 'error while handling argument "--pooling": invalid value\nusage:', "bad_argument", /--pooling: invalid value/],
+  ["socket taken", "E srv  start: couldn't bind HTTP server socket, hostname: /r/a.sock, port: 0", "socket_in_use", /could not listen/],
+  ["other load error", "E llama_model_load: error loading model: something new", "invalid_model", /cannot load the model: something new/],
+];
+
+describe("explainExit", () => {
+  it.each(cases)("%s", (_name, tail, code, message) => {
+    const error = explainExit(exit1, tail);
+    expect(error.code).toBe(code);
+    expect(error.message).toMatch(message);
+    expect(error.tail).toBe(tail);
+  });
+
+  it("falls back to the exit status and the last error line", () => {
+    const error = explainExit({ code: null, signal: "SIGKILL" }, "I loading\nE srv  something odd\nI more");
+    expect(error.code).toBe("exited");
+    expect(error.message).toBe("llama-server killed by SIGKILL: E srv  something odd");
+  });
+
+  it("says only the exit status when the output names no error", () => {
+    expect(explainExit({ code: 3, signal: null }, "I fine\n").message).toBe("llama-server exited with code 3");
+  });
+});

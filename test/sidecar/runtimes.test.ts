@@ -1,0 +1,63 @@
+import { spawn, type ChildProcessByStdio } from "node:child_process";
+import { createInterface } from "node:readline";
+import type { Readable } from "node:stream";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eventually, isGone, sidecarWorld, type SidecarWorld } from "./harness.ts";
+
+// The supervisor under each runtime: a small script (fixtures/supervise.ts) runs it as a program would.
+
+const BIN = join(import.meta.dirname, "../../node_modules/.bin");
+const SCRIPT = join(import.meta.dirname, "fixtures/supervise.ts");
+const DENO_PERMISSIONS = ["--allow-read", "--allow-write", "--allow-run", "--allow-env", "--allow-net"];
+const COMMANDS: Record<string, string[]> = {
+  bun: [join(BIN, "bun"), SCRIPT],
+  deno: [join(BIN, "deno"), "run", ...DENO_PERMISSIONS, SCRIPT],
+  node: [join(BIN, "node"), SCRIPT],
+};
+
+type Script = ChildProcessByStdio<null, Readable, Readable>;
+type Event = { event: string; [key: string]: unknown };
+
+let world: SidecarWorld;
+beforeAll(async () => {
+  world = await sidecarWorld();
+});
+afterAll(async () => world.remove());
+
+function run(runtime: string, mode: "roundtrip" | "hold", name: string): { script: Script; events: AsyncIterator<string>; stderr: () => string } {
+  const [command, ...args] = COMMANDS[runtime]!;
+  const env = { ...process.env, MODEL_PATH: world.modelPath, RUN_DIR: join(world.runDir, name), LOG_DIR: world.logDir };
+  const script = spawn(command!, [...args, mode], { env, stdio: ["ignore", "pipe", "pipe"] });
+  let err = "";
+  script.stderr.on("data", (chunk) => (err += chunk));
+  const events = createInterface({ input: script.stdout })[Symbol.asyncIterator]();
+  return { script, events, stderr: () => err };
+}
+
+async function next(events: AsyncIterator<string>, stderr: () => string): Promise<Event> {
+  const line = await events.next();
+  if (line.done) throw new Error(`the script ended early: ${stderr()}`);
+  return JSON.parse(line.value) as Event;
+}
+
+describe.each(Object.keys(COMMANDS))("supervisor under %s", (runtime) => {
+  it("starts a runner, reaches ready, stops it, removes its socket", async () => {
+    const { script, events, stderr } = run(runtime, "roundtrip", `${runtime}-rt`);
+    const ready = await next(events, stderr);
+    expect(ready).toMatchObject({ event: "ready", runtime, state: "ready", model: "probe", version: world.binary.version });
+    expect(await next(events, stderr)).toEqual({ event: "stopped", state: "stopped", socketLeft: false });
+    const [code] = await new Promise<[number | null]>((resolve) => script.once("close", (c) => resolve([c])));
+    expect(code).toBe(0);
+    expect(isGone(ready.pid as number)).toBe(true);
+  });
+
+  it("leaves no llama-server behind when it is killed with SIGKILL", async () => {
+    const { script, events, stderr } = run(runtime, "hold", `${runtime}-hold`);
+    const ready = await next(events, stderr);
+    const pid = ready.pid as number;
+    expect(isGone(pid)).toBe(false);
+    script.kill("SIGKILL");
+    expect(await eventually(() => isGone(pid))).toBe(true);
+  });
+});
