@@ -80,6 +80,14 @@ describe("POST /models/create from a registry", () => {
     expect(again.lines).toEqual([{ type: "success", message: "Using cached model: ai/tiny:latest", mode: "pull" }]);
   });
 
+  it("pulls by digest, and finds the model by that reference", async () => {
+    api = await modelApi({ defaultRegistry: registry.host });
+    const reference = `ai/tiny@${tiny.manifestDigest}`;
+    const { lines } = await pull(api.handler, { from: reference });
+    expect(lines.at(-1)?.message).toBe("Model pulled successfully");
+    expect((await call(api.handler, "GET", `/models/${reference}`)).json.tags).toEqual([reference]);
+  });
+
   it("joins a second pull of the same model while the first runs", async () => {
     api = await modelApi();
     const proxy = await front({});

@@ -102,9 +102,9 @@ describe("the model API over HTTP", () => {
     await dispatcher.close();
   });
 
-  it("cancels the pull when the client goes away, keeping the partial blob for a resume", async () => {
+  it.each(["node", "bun", "deno"] as const)("cancels the pull when the client goes away, keeping the partial blob for a resume (%s)", async (runtime) => {
     front = await startRegistryFront(registry.url, { stallBlobsAfter: 50_000 });
-    const { url, models } = await startRunner(front.host);
+    const { url, models } = await startRunner(front.host, undefined, runtime);
     const controller = new AbortController();
     const response = await create(url, "ai/big", { signal: controller.signal });
     expect(response.status).toBe(200);
