@@ -18,6 +18,20 @@ if [ ! -f "$stamp" ] || [ package.json -nt "$stamp" ] || [ package-lock.json -nt
   touch "$stamp"
 fi
 
+# llama-server: taken from LLAMA_SERVER_PATH or PATH when there is one, else built once from the
+# llama.cpp source that node-llama-cpp ships and cached per release (about 6 minutes on 2 cores).
+if [ -z "${LLAMA_SERVER_PATH:-}" ] && ! command -v llama-server >/dev/null 2>&1; then
+  missing=""
+  for tool in git cmake g++ make; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
+  if [ -n "$missing" ]; then
+    log "installing build tools with apt:$missing"
+    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq git cmake g++ make
+  fi
+  bash sidecar/build-llama-server.sh >/dev/null
+fi
+
 # --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry).
 if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/docker-registry ]; then
   log "installing docker-registry with apt"

@@ -40,10 +40,11 @@ fi
 log "cloning the bundle"
 git clone --quiet "$work/package/llama/gitRelease.bundle" "$work/src"
 
+# RPATH $ORIGIN: the binary finds its libllama/libggml beside it after the build folder is gone.
 log "configuring (cmake)"
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DGGML_NATIVE=OFF >"$work/cmake.log" 2>&1 || { tail -n 30 "$work/cmake.log" >&2; log "cmake configure failed"; exit 1; }
+  -DGGML_NATIVE=OFF -DCMAKE_BUILD_RPATH='$ORIGIN' >"$work/cmake.log" 2>&1 || { tail -n 30 "$work/cmake.log" >&2; log "cmake configure failed"; exit 1; }
 
 log "compiling llama-server with $JOBS jobs (about 5 minutes on 2 cores)"
 cmake --build "$work/build" --target llama-server -j "$JOBS" 2>&1 \

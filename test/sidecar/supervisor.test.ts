@@ -181,7 +181,10 @@ describe("supervisor", () => {
 
   it("gives up at the ready deadline and leaves no process", async () => {
     const impatient = createSupervisor({ ...world, readyTimeoutMs: 1 });
-    const error = await impatient.start({ name: "slow", modelPath: world.modelPath, mode: "completion" }).catch((e: SidecarError) => e);
+    const error = await impatient.start({ name: "slow", modelPath: world.modelPath, mode: "completion" }).then(
+      () => expect.fail("started within 1 ms"),
+      (e: SidecarError) => e,
+    );
     expect(error.code).toBe("ready_timeout");
     expect(existsSync(join(world.runDir, "slow.sock"))).toBe(false);
     expect(existsSync(join(world.runDir, "slow.pid"))).toBe(false);
