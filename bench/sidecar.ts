@@ -1,0 +1,72 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildLlamaServerArgs } from "../sidecar/args.ts";
+import { launchEnv } from "../sidecar/binary.ts";
+import { createSupervisor, resolveLlamaServerBinary, type RunnerSpec } from "../sidecar/index.ts";
+import { removeSocket } from "../src/runtime/socket-file.ts";
+import { detectRuntime } from "../src/runtime/index.ts";
+import { writeTinyLlamaGguf } from "../test/support/tiny-gguf.ts";
+
+// Spawn-to-ready of the tiny model: our supervisor (stale-socket check, log, pid file, growing
+// poll interval) against the floor: llama-server spawned by hand, /health polled back to back with
+// no pause. Rounds alternate the two so that drift on a shared machine hits both alike.
+//
+//   npm run bench:sidecar       (BENCH_ROUNDS tunes it; target: median at most 50 ms above the floor)
+
+const rounds = Number(process.env.BENCH_ROUNDS ?? 10);
+const runtime = await detectRuntime();
+const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
+const dir = await mkdtemp(join(tmpdir(), "bench-sidecar-"));
+const modelPath = join(dir, "tiny.gguf");
+await writeTinyLlamaGguf(modelPath);
+const runDir = join(dir, "run");
+const supervisor = createSupervisor({ runtime, binary, runDir, logDir: join(dir, "logs") });
+const spec: RunnerSpec = { name: "bench", modelPath, mode: "completion" };
+
+async function floor(): Promise<number> {
+  const socketPath = join(runDir, "floor.sock");
+  const args = buildLlamaServerArgs({ ...spec, name: "floor" }, socketPath);
+  const began = performance.now();
+  const child = await runtime.spawn(binary.path, args, { env: launchEnv(binary.path, process.env) });
+  const fetchRunner = runtime.unixFetch(socketPath);
+  for (;;) {
+    const status = await fetchRunner("http://runner/health").then((r) => (r.body?.cancel(), r.status), () => 0);
+    if (status === 200) break;
+  }
+  const elapsed = performance.now() - began;
+  child.kill("SIGTERM");
+  await child.exited;
+  removeSocket(socketPath);
+  return elapsed;
+}
+
+async function supervised(): Promise<number> {
+  const began = performance.now();
+  const sidecar = await supervisor.start(spec);
+  const elapsed = performance.now() - began;
+  await sidecar.stop();
+  return elapsed;
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+const times = { floor: [] as number[], supervisor: [] as number[] };
+await floor(); // warm the page cache and the binary's libraries
+for (let round = 0; round < rounds; round++) {
+  const order = round % 2 ? (["supervisor", "floor"] as const) : (["floor", "supervisor"] as const);
+  for (const which of order) times[which].push(which === "floor" ? await floor() : await supervised());
+}
+await rm(dir, { recursive: true, force: true });
+
+const f = median(times.floor);
+const s = median(times.supervisor);
+const fmt = (ms: number) => `${ms.toFixed(1)} ms`;
+console.log(`llama-server ${binary.version} on ${runtime.name} ${runtime.version}, tiny model, ${rounds} rounds`);
+console.log(`spawn-to-ready median   floor (hand spawn, back-to-back /health): ${fmt(f)}`);
+console.log(`spawn-to-ready median   supervisor.start():                        ${fmt(s)}`);
+console.log(`difference ${fmt(s - f)} (target <= 50 ms), ratio ${(s / f).toFixed(2)}x the floor`);
