@@ -2,12 +2,19 @@ import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
 import { createModelStore, modelRoutes } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
+import { createInference } from "./inference/index.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 
 // The single place where dependencies are wired: config and runtime in, services out.
 // No runtime imports here; `index.ts` chooses the runtime.
 
-export type Service = { name: string; handler: FetchHandler; targets: ListenTarget[] };
+export type Service = {
+  name: string;
+  handler: FetchHandler;
+  targets: ListenTarget[];
+  /** Ends what the service started (the model runner's llama-server runners), after its listeners closed. */
+  stop?: () => Promise<void>;
+};
 
 export function buildServices(config: Config, runtime: Runtime): Service[] {
   const services: Service[] = [];
@@ -33,17 +40,20 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
 export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
 function modelRunner(config: Config, runtime: Runtime): Service {
-  void runtime; // inference uses it (Unix-socket fetch to runners, spawning)
   const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
+  const inference = createInference(config.inference, runtime, store);
   const fetch = globalThis.fetch.bind(globalThis);
   const routes: Route[] = [
     ...modelRoutes({
       store,
       registry: { fetch, insecureHosts: config.models.insecureRegistries, credentials: config.models.registryCredentials },
       hub: { fetch, endpoint: config.models.hfEndpoint, ...(config.models.hfToken ? { token: config.models.hfToken } : {}) },
+      beforeDelete: (model) => inference.scheduler.unloadModel(model),
     }),
+    ...inference.routes,
   ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
-  return { name: "model runner", handler: routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] }), targets };
+  const handler = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
+  return { name: "model runner", handler, targets, stop: inference.stop };
 }

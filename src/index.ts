@@ -13,6 +13,7 @@ async function main(): Promise<void> {
   runtime.onShutdownSignal(async (signal) => {
     console.log(`${signal} received: finishing in-flight requests`);
     await Promise.allSettled(listeners.map((l) => l.close(config.shutdownGraceMs)));
+    await Promise.allSettled(services.map((s) => s.stop?.()));
     console.log("stopped");
     runtime.exit(0);
   });

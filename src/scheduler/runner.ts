@@ -42,6 +42,8 @@ export type RunnerOptions = {
   spec: RunnerSpec;
   slots: number;
   queueDepth: number;
+  /** As configured ("5m", "0", "-1"), and in milliseconds (Infinity: never). */
+  keepAlive: string;
   keepAliveMs: number;
 };
 

@@ -41,7 +41,7 @@ export type RunnerInfo = {
   inUse: number;
   waiting: number;
   lastUsed: number;
-  keepAliveMs: number;
+  keepAlive: string;
 };
 
 export interface Scheduler {
@@ -122,6 +122,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   function launch(model: ModelRef, mode: Mode, settings: ModelSettings): Runner {
     const slots = settings.slots ?? deps.limits.slots;
+    const keepAlive = settings.keepAlive ?? deps.limits.keepAlive;
     const options = {
       key: runnerKey(model.id, mode),
       modelId: model.id,
@@ -130,7 +131,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       spec: runnerSpec(model, mode, settings, slots, ++serial),
       slots,
       queueDepth: deps.limits.queueDepth,
-      keepAliveMs: keepAliveMs(settings.keepAlive ?? deps.limits.keepAlive),
+      keepAlive,
+      keepAliveMs: keepAliveMs(keepAlive),
     };
     const runner = new Runner(options, deps.start, events);
     active.set(options.key, runner);
@@ -145,7 +147,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     inUse: runner.inUse,
     waiting: runner.waiting,
     lastUsed: runner.lastUsed,
-    keepAliveMs: runner.options.keepAliveMs,
+    keepAlive: runner.options.keepAlive,
   });
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>

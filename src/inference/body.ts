@@ -1,0 +1,45 @@
+import { badRequest, HttpError } from "../http/errors.ts";
+
+// Request bodies are read whole (they are validated before anything loads) but never past a limit:
+// a declared length over it is refused before reading, a streamed one as soon as it crosses it.
+
+const tooLarge = (limit: number) =>
+  new HttpError(413, "payload_too_large_error", "body_too_large", `request body larger than ${limit} bytes`);
+
+export async function readBody(request: Request, limit: number): Promise<Uint8Array<ArrayBuffer>> {
+  const declared = Number(request.headers.get("content-length") ?? NaN);
+  if (declared > limit) throw tooLarge(limit);
+  if (!request.body) return new Uint8Array();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = request.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge(limit);
+    }
+    chunks.push(value);
+  }
+  return concat(chunks, size);
+}
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array<ArrayBuffer> {
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}
+
+export function parseJson(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw badRequest("invalid_json", "the request body is not valid JSON");
+  }
+}

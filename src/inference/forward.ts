@@ -1,0 +1,97 @@
+import { HttpError } from "../http/errors.ts";
+import { describe, runnerFailed } from "../scheduler/errors.ts";
+import type { Lease } from "../scheduler/runner.ts";
+
+// Forwarding one request to its runner: the body as we received it, the response as the runner
+// sends it, chunk by chunk (SSE included: never buffered, never re-framed). The lease is released
+// when the response body ends or the client leaves, not when the handler returns.
+
+/** Headers that describe one connection, not the message: never copied across the proxy. */
+const HOP_BY_HOP = ["connection", "keep-alive", "transfer-encoding", "content-encoding", "content-length"];
+
+/** How long to wait for a failed runner's exit reason before answering without it. */
+const EXIT_REASON_WAIT_MS = 1000;
+
+export type Forwarded = { lease: Lease; model: string; path: string; body: Uint8Array<ArrayBuffer>; request: Request };
+
+export async function forward({ lease, model, path, body, request }: Forwarded): Promise<Response> {
+  let upstream: Response;
+  try {
+    upstream = await lease.fetch(`http://runner${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" },
+      body,
+      signal: request.signal,
+    });
+  } catch (error) {
+    lease.release();
+    if (request.signal.aborted) throw clientGone();
+    throw runnerFailed(model, await exitReason(lease, error));
+  }
+  const headers = new Headers(upstream.headers);
+  // The body is relayed as decoded bytes: the runner's length and encoding no longer describe it.
+  for (const name of HOP_BY_HOP) headers.delete(name);
+  if (!upstream.body) {
+    lease.release();
+    return new Response(null, { status: upstream.status, headers });
+  }
+  const sse = headers.get("content-type")?.startsWith("text/event-stream") ?? false;
+  const relayed = relay(upstream.body, lease.release, async (error) => {
+    if (request.signal.aborted || !sse) return undefined;
+    // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
+    return sseError(runnerFailed(model, await exitReason(lease, error)));
+  });
+  return new Response(relayed, { status: upstream.status, statusText: upstream.statusText, headers });
+}
+
+/**
+ * A stream that reads `source` only as fast as the client takes it (high-water mark 0), calls
+ * `done` once at its end, on error or on cancel, and may end a failed stream with a last chunk.
+ */
+export function relay(
+  source: ReadableStream<Uint8Array>,
+  done: () => void,
+  lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
+): ReadableStream<Uint8Array> {
+  const reader = source.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        let chunk: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          chunk = await reader.read();
+        } catch (error) {
+          done();
+          const tail = await lastWords(error);
+          if (!tail) return controller.error(error);
+          controller.enqueue(tail);
+          return controller.close();
+        }
+        if (!chunk.done) return controller.enqueue(chunk.value);
+        done();
+        controller.close();
+      },
+      cancel(reason) {
+        done();
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const later = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), EXIT_REASON_WAIT_MS)));
+  const exit = await Promise.race([lease.exited, later]);
+  clearTimeout(timer);
+  return exit ? describe(exit) : `lost the connection (${describe(fetchError)})`;
+}
+
+function sseError(error: HttpError): Uint8Array {
+  const event = { error: { message: error.message, type: error.type, code: error.code } };
+  return new TextEncoder().encode(`data: ${JSON.stringify(event)}\n\n`);
+}
+
+/** The client left before an answer: nobody reads this, but the status tells the logs. */
+export const clientGone = () => new HttpError(499, "invalid_request_error", "client_closed_request", "client closed the request");

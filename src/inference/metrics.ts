@@ -1,0 +1,107 @@
+import type { SchedulerObserver, RunnerInfo } from "../scheduler/scheduler.ts";
+import type { Mode } from "../scheduler/types.ts";
+
+// GET /metrics: Prometheus text of our own counters, then each runner's llama-server metrics with
+// labels naming the runner (backend, model, mode), each family's samples grouped under one HELP/TYPE.
+
+type Labels = Record<string, string>;
+
+const FAMILIES = {
+  llamadock_requests_total: ["counter", "Inference requests by route and status."],
+  llamadock_runner_loads_total: ["counter", "Runner loads by model, mode and result."],
+  llamadock_runner_load_seconds: ["summary", "Time from spawning a runner to its first healthy answer."],
+  llamadock_runner_crashes_total: ["counter", "Runners that exited on their own while loaded."],
+  llamadock_runners: ["gauge", "Loaded runners by state."],
+  llamadock_queue_depth: ["gauge", "Requests waiting for a runner slot."],
+  llamadock_requests_in_flight: ["gauge", "Requests holding a runner slot."],
+} as const;
+
+type Family = keyof typeof FAMILIES;
+type Sample = { family: Family; suffix: string; labels: Labels; value: number };
+
+export interface InferenceMetrics {
+  observer: SchedulerObserver;
+  countRequest(route: string, status: number): void;
+  render(runners: RunnerInfo[], scraped: { model: string; mode: Mode; text: string }[]): string;
+}
+
+export function createMetrics(): InferenceMetrics {
+  const counters = new Map<string, Sample>();
+  const add = (family: Family, labels: Labels, by = 1, suffix = "") => {
+    const key = `${family}${suffix}${formatLabels(labels)}`;
+    const entry = counters.get(key) ?? { family, suffix, labels, value: 0 };
+    entry.value += by;
+    counters.set(key, entry);
+  };
+  return {
+    observer: {
+      loaded(model, mode, ms) {
+        add("llamadock_runner_loads_total", { model, mode, result: "ok" });
+        add("llamadock_runner_load_seconds", { model, mode }, ms / 1000, "_sum");
+        add("llamadock_runner_load_seconds", { model, mode }, 1, "_count");
+      },
+      loadFailed: (model, mode) => add("llamadock_runner_loads_total", { model, mode, result: "error" }),
+      crashed: (model, mode) => add("llamadock_runner_crashes_total", { model, mode }),
+    },
+    countRequest: (route, status) => add("llamadock_requests_total", { route, status: String(status) }),
+    render(runners, scraped) {
+      const samples: Sample[] = [...counters.values()];
+      const states = new Map<string, number>();
+      for (const r of runners) {
+        states.set(r.state, (states.get(r.state) ?? 0) + 1);
+        samples.push({ family: "llamadock_queue_depth", suffix: "", labels: { model: r.model, mode: r.mode }, value: r.waiting });
+        samples.push({ family: "llamadock_requests_in_flight", suffix: "", labels: { model: r.model, mode: r.mode }, value: r.inUse });
+      }
+      for (const [state, value] of states) samples.push({ family: "llamadock_runners", suffix: "", labels: { state }, value });
+      const families = new Map<string, { help?: string; type?: string; lines: string[] }>();
+      for (const [name, [type, help]] of Object.entries(FAMILIES)) families.set(name, { help, type, lines: [] });
+      for (const s of samples) families.get(s.family)!.lines.push(`${s.family}${s.suffix}${formatLabels(s.labels)} ${s.value}`);
+      for (const { model, mode, text } of scraped) mergeRunnerMetrics(families, text, { backend: "llama.cpp", model, mode });
+      return renderFamilies(families);
+    },
+  };
+}
+
+type Families = Map<string, { help?: string; type?: string; lines: string[] }>;
+
+/** Adds a runner's exposition to `families`, with `labels` put first on each of its samples. */
+export function mergeRunnerMetrics(families: Families, text: string, labels: Labels): void {
+  const extra = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`).join(",");
+  for (const line of text.split("\n")) {
+    const meta = /^# (HELP|TYPE) (\S+) (.*)$/.exec(line);
+    if (meta) {
+      const family = familyOf(families, meta[2]!);
+      if (meta[1] === "HELP") family.help ??= meta[3];
+      else family.type ??= meta[3];
+      continue;
+    }
+    const sample = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(.*)$/.exec(line.trim());
+    if (!sample) continue;
+    const [, name, own, value] = sample;
+    const inner = own ? own.slice(1, -1).trim() : "";
+    familyOf(families, name!).lines.push(`${name}{${inner ? `${extra},${inner}` : extra}} ${value}`);
+  }
+}
+
+function familyOf(families: Families, name: string) {
+  let family = families.get(name);
+  if (!family) families.set(name, (family = { lines: [] }));
+  return family;
+}
+
+function renderFamilies(families: Families): string {
+  const out: string[] = [];
+  for (const [name, { help, type, lines }] of families) {
+    if (help !== undefined) out.push(`# HELP ${name} ${help}`);
+    if (type !== undefined) out.push(`# TYPE ${name} ${type}`);
+    out.push(...lines);
+  }
+  return out.join("\n") + "\n";
+}
+
+function formatLabels(labels: Labels): string {
+  const pairs = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
+  return pairs.length ? `{${pairs.join(",")}}` : "";
+}
+
+const escapeLabel = (value: string) => value.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");

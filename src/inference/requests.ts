@@ -1,0 +1,38 @@
+import * as z from "zod";
+import { badRequest } from "../http/errors.ts";
+import type { Mode } from "../scheduler/types.ts";
+
+// The shapes we check before loading anything. Only what we need is checked; every other field
+// (sampling options, tools, response_format...) passes through untouched to llama-server.
+
+const model = z.string({ error: "model is required" }).trim().min(1, "model is required");
+
+const Message = z.looseObject({
+  role: z.string({ error: "each message needs a role" }).min(1),
+  content: z.union([z.string(), z.array(z.unknown()), z.null()], { error: "content must be a string or an array of parts" }).optional(),
+});
+
+const tokens = z.array(z.number().int());
+const textOrTokens = z.union([z.string(), z.array(z.string()), tokens, z.array(tokens)]);
+
+const Chat = z.looseObject({ model, messages: z.array(Message, { error: "messages must be an array" }).min(1) });
+const Completion = z.looseObject({ model, prompt: textOrTokens });
+const Embedding = z.looseObject({ model, input: textOrTokens });
+
+export type Endpoint = "chat/completions" | "completions" | "embeddings";
+
+export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model: string }> }> = {
+  "chat/completions": { mode: "completion", schema: Chat },
+  completions: { mode: "completion", schema: Completion },
+  embeddings: { mode: "embedding", schema: Embedding },
+};
+
+/** The body checked against `schema`; 400 with what is wrong otherwise. */
+export function validBody<T>(schema: z.ZodType<T>, body: unknown): T {
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) throw badRequest("invalid_request", z.prettifyError(parsed.error));
+  return parsed.data;
+}
+
+/** The model a valid body asks for. */
+export const requestedModel = (endpoint: Endpoint, body: unknown): string => validBody(ENDPOINTS[endpoint].schema, body).model;

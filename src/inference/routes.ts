@@ -1,0 +1,80 @@
+import type { IRequest } from "itty-router";
+import { HttpError, notFound } from "../http/errors.ts";
+import type { Route } from "../http/router.ts";
+import { modelNotFound } from "../models/errors.ts";
+import type { ModelStore, StoredModel } from "../models/index.ts";
+import type { Scheduler } from "../scheduler/scheduler.ts";
+import { readBody, parseJson } from "./body.ts";
+import { clientGone, forward } from "./forward.ts";
+import type { InferenceMetrics } from "./metrics.ts";
+import { ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
+
+// The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
+// `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
+
+export type InferenceDeps = {
+  store: Pick<ModelStore, "resolve" | "list">;
+  scheduler: Scheduler;
+  metrics: InferenceMetrics;
+  /** Largest request body accepted, in bytes. */
+  bodyLimit: number;
+};
+
+export const ENGINE = "llama.cpp";
+const BASES = [`/engines/${ENGINE}/v1`, "/engines/v1", "/v1"];
+
+const openAiModel = (m: StoredModel) => ({ id: m.tags[0] ?? m.id, object: "model", created: m.created, owned_by: "docker" });
+
+export function inferenceRoutes(deps: InferenceDeps): Route[] {
+  const listModels = async () => Response.json({ object: "list", data: (await deps.store.list()).map(openAiModel) });
+  const getModel = async (request: IRequest) => {
+    const reference = decodeURIComponent(String(request.params.reference ?? ""));
+    return Response.json(openAiModel(await resolveOr404(deps, reference)));
+  };
+  const routes = BASES.flatMap((base): Route[] => [
+    { method: "GET", path: `${base}/models`, handle: listModels },
+    { method: "GET", path: `${base}/models/:reference+`, handle: getModel },
+    ...(Object.keys(ENDPOINTS) as Endpoint[]).map((endpoint): Route => ({
+      method: "POST",
+      path: `${base}/${endpoint}`,
+      handle: (request) => counted(deps.metrics, endpoint, () => infer(deps, endpoint, request)),
+    })),
+  ]);
+  // After the real ones, so only another engine's paths reach it.
+  const unknownEngine = (request: IRequest) => {
+    const engine = String(request.params.engine);
+    throw engine === ENGINE ? notFound() : notFound(`unknown engine: ${engine} (this runner has ${ENGINE})`);
+  };
+  routes.push(
+    { method: "GET", path: "/engines/:engine/v1/*", handle: unknownEngine },
+    { method: "POST", path: "/engines/:engine/v1/*", handle: unknownEngine },
+  );
+  return routes;
+}
+
+async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request): Promise<Response> {
+  const body = await readBody(request, deps.bodyLimit);
+  const model = await resolveOr404(deps, requestedModel(endpoint, parseJson(body)));
+  const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch((error) => {
+    throw request.signal.aborted ? clientGone() : error;
+  });
+  return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request });
+}
+
+async function resolveOr404(deps: InferenceDeps, reference: string): Promise<StoredModel> {
+  const model = await deps.store.resolve(reference);
+  if (!model) throw modelNotFound(reference);
+  return model;
+}
+
+/** Counts each answer by route and status, errors included. */
+async function counted(metrics: InferenceMetrics, route: string, handle: () => Promise<Response>): Promise<Response> {
+  try {
+    const response = await handle();
+    metrics.countRequest(route, response.status);
+    return response;
+  } catch (error) {
+    metrics.countRequest(route, error instanceof HttpError ? error.status : 500);
+    throw error;
+  }
+}
