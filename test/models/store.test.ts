@@ -96,6 +96,19 @@ describe("the model store", () => {
     expect(new Uint8Array(await readFile(store.layout.blob(digest)))).toEqual(bytes);
   });
 
+  it("resolves ids, short ids, tags, and a bare repository name", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const model = await addModel(store, "myorg/smollm2:v1", new TextEncoder().encode("w"));
+    const hex = model.id.slice(7);
+    for (const name of [model.id, hex, hex.slice(0, 12), "myorg/smollm2:v1", "docker.io/myorg/smollm2:v1", "smollm2", "smollm2:v1", "SmolLM2"]) {
+      expect((await store.resolve(name))?.id, name).toBe(model.id);
+    }
+    for (const name of ["myorg/smollm2", "smollm2:v2", "other", hex.slice(0, 11)]) {
+      expect(await store.resolve(name), name).toBeUndefined();
+    }
+  });
+
   it("validates a digest before it becomes a path", () => {
     const store = createModelStore("/nonexistent");
     expect(() => store.layout.blob("sha256:../../etc/passwd")).toThrow(/not a sha256 digest/);

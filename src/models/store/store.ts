@@ -68,9 +68,9 @@ export function findEntry(models: IndexEntry[], reference: string, options: Refe
   const { key } = parseReference(reference, options);
   const tagged = models.find((m) => m.tags.includes(key));
   if (tagged || reference.includes("/")) return tagged;
-  const bare = reference.trim().split(/[:@]/)[0]!.toLowerCase();
-  const tag = key.includes("@") ? undefined : key.slice(key.lastIndexOf(":") + 1);
-  const byName = models.filter((m) => m.tags.some((t) => bareName(t) === bare && (!tag || t.endsWith(`:${tag}`))));
+  // `smollm2` finds `myorg/smollm2:v1`; `smollm2:v1` must match the tag too.
+  const [bare, tag] = reference.trim().toLowerCase().split(/[:@]/);
+  const byName = models.filter((m) => m.tags.some((t) => bareName(t) === bare && (!tag || t.toLowerCase().endsWith(`:${tag}`))));
   return byName.length === 1 ? byName[0] : undefined;
 }
 
