@@ -1,3 +1,4 @@
+import { DigestMismatchError } from "../store/blobs.ts";
 import type { ModelStore } from "../store/store.ts";
 import type { PullEvent, PullPlan } from "./plan.ts";
 import { progressReporter } from "./progress.ts";
@@ -38,7 +39,8 @@ async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal
           .then(() => report(layer, layer.size, true))
           .catch((error: unknown) => {
             failed.abort(error);
-            throw error;
+            if (error instanceof DigestMismatchError || signal.aborted) throw error;
+            throw new Error(`download of ${layer.digest} failed (a new pull resumes it): ${describeFailure(error)}`);
           }),
       ),
     );
