@@ -27,19 +27,22 @@ export const Int64Json = z.union([
   z.bigint().refine(inInt64Range).transform((value) => rawJSON(value.toString())),
 ]);
 
+/** A parsed JSON value; `bigIds` tells that some `id` may be a bigint (or NaN, see below). */
+export type ParsedIds = { value: unknown; bigIds: boolean };
+
 /**
  * Reads a JSON text in which every `id` is exact: a safe integer as a number, a larger integer as
  * a bigint, an id written as a non-integer (1.5, 1.0, 1e3) as NaN, so that validation rejects it.
  */
-export function parseJsonWithExactIds(text: string): unknown {
+export function parseJsonWithExactIds(text: string): ParsedIds {
   // Fast path: when every id is written as an integer, one that parses to a safe integer was read
   // exactly (a larger literal rounds to 2^53 or beyond, which is not safe). Source-text access
   // costs about eight times a plain parse, so only albums with large ids pay for it.
   if (idsWrittenAsIntegers(text)) {
     const value: unknown = JSON.parse(text);
-    if (topLevelIdsAreSafe(value)) return value;
+    if (topLevelIdsAreSafe(value)) return { value, bigIds: false };
   }
-  return JSON.parse(text, exactId);
+  return { value: JSON.parse(text, exactId), bigIds: true };
 }
 
 const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;

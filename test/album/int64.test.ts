@@ -7,7 +7,7 @@ import { Int64Json, parseJsonWithExactIds } from "../../src/album/int64.ts";
 
 const Ids = z.array(z.object({ id: Int64Json }));
 const idsOf = (text: string) => {
-  const parsed = Ids.safeParse(parseJsonWithExactIds(text));
+  const parsed = Ids.safeParse(parseJsonWithExactIds(text).value);
   return parsed.success ? JSON.stringify(parsed.data.map((p) => p.id)) : "rejected";
 };
 
