@@ -1,0 +1,129 @@
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pushModel, startRegistry, type Registry } from "../support/registry.ts";
+import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
+import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+
+// The whole model runner as users run it: src/index.ts as a child process, its store pulled from a
+// real registry, real llama-server runners. Everything lives in one temporary folder, kept across
+// restarts of the server (settings must survive them).
+
+export type Stack = {
+  url: string;
+  socket: string;
+  dir: string;
+  server: ServerProcess;
+  /** Stops the server (SIGTERM: it stops its runners) and starts it again on the same folder. */
+  restart(env?: Record<string, string>): Promise<void>;
+  /** Pids of the llama-server runners now alive, from the supervisor's pid files. */
+  runnerPids(): Promise<number[]>;
+  stop(): Promise<void>;
+};
+
+export type StackOptions = {
+  runtime?: RuntimeName;
+  /** Repositories to push as tiny models and pull into the store, e.g. `ai/tiny`. */
+  models: string[];
+  env?: Record<string, string>;
+};
+
+export async function startStack(options: StackOptions): Promise<Stack> {
+  const registry = await startRegistry();
+  const dir = await mkdtemp(join(tmpdir(), "llamadock-inf-"));
+  let server: ServerProcess | undefined;
+  try {
+    for (const [i, repository] of options.models.entries()) {
+      await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: i + 1 }));
+    }
+    const launch = async (env: Record<string, string> = {}) => {
+      server = await startRunnerService(options.runtime ?? "bun", dir, registry, { ...options.env, ...env });
+      return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
+    };
+    let url = await launch();
+    for (const repository of options.models) await pullModel(url, repository);
+    const stack: Stack = {
+      get url() {
+        return url;
+      },
+      socket: join(dir, "runner.sock"),
+      dir,
+      get server() {
+        return server!;
+      },
+      async restart(env) {
+        await server!.stop(10_000);
+        url = await launch(env);
+      },
+      runnerPids: () => runnerPids(join(dir, "run")),
+      async stop() {
+        await server?.stop(10_000);
+        await registry.stop();
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
+    return stack;
+  } catch (error) {
+    await server?.stop(5_000);
+    await registry.stop();
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>) {
+  return startServer({
+    runtime,
+    ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write", "--allow-run", "--allow-sys"]) } : {}),
+    env: {
+      SERVICES: "runner",
+      RUNNER_PORT: "0",
+      RUNNER_SOCKET: join(dir, "runner.sock"),
+      MODELS_PATH: join(dir, "models"),
+      DEFAULT_REGISTRY: registry.host,
+      INFERENCE_RUNTIME_DIR: join(dir, "run"),
+      INFERENCE_LOG_DIR: join(dir, "logs"),
+      INFERENCE_SETTINGS_PATH: join(dir, "engine-settings.json"),
+      ...env,
+    },
+    ready: [/model runner service listening on http:\/\/[\d.]+:\d+/, /model runner service listening on unix:/],
+  });
+}
+
+async function pullModel(url: string, repository: string): Promise<void> {
+  const response = await fetch(`${url}/models/create`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ from: repository }),
+  });
+  const text = await response.text();
+  if (response.status !== 200 || !text.includes('"success"')) throw new Error(`pull of ${repository}: ${response.status} ${text}`);
+}
+
+async function runnerPids(runDir: string): Promise<number[]> {
+  const names = await readdir(runDir).catch(() => [] as string[]);
+  const pids: number[] = [];
+  for (const name of names.filter((n) => n.endsWith(".pid"))) {
+    const record = JSON.parse(await readFile(join(runDir, name), "utf8")) as { pid: number };
+    if (isAlive(record.pid)) pids.push(record.pid);
+  }
+  return pids;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Polls `check` every 25 ms until it holds; no wall-time assertion, just a bound on waiting. */
+export async function until(check: () => boolean | Promise<boolean>, what: string, tries = 1200): Promise<void> {
+  for (let i = 0; i < tries; i++) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
