@@ -6,7 +6,8 @@ import type { FileHandle } from "node:fs/promises";
 // never waits long in memory: when the source stalls or fails, what arrived is still written, and
 // a later pull resumes after it.
 
-const BATCH_BYTES = 4 << 20;
+// 1 MiB: large enough for few system calls, small enough that batches in flight cost little memory.
+const BATCH_BYTES = 1 << 20;
 const FLUSH_BYTES = 128 << 20;
 const BATCH_WAIT_MS = 50;
 
