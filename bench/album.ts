@@ -1,10 +1,13 @@
+import { existsSync, readFileSync } from "node:fs";
 import autocannon from "autocannon";
 import { startServer, type ServerProcess } from "../test/support/server-process.ts";
 
 // The album service's overhead: load, over loopback, (1) a fixed 50-photo upstream directly,
 // (2) a bare Bun proxy in front of it (fetch + wrap, nothing else) and (3) our album service on
 // Bun in front of it. Proxies are measured in alternating rounds, so that drift on a shared
-// machine hits both alike. Latencies are taken per response, in fractions of a millisecond.
+// machine hits both alike. Latencies are taken per response, in fractions of a millisecond. On
+// Linux it also prints the CPU time each server spent per request, which others' load on a shared
+// machine disturbs far less than req/s.
 //
 //   npm run bench:album       (BENCH_SECONDS, BENCH_ROUNDS, BENCH_CONNECTIONS tune it)
 
@@ -12,8 +15,8 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 5);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10);
 
-type Target = { name: string; url: string };
-type Figures = { requests: number; seconds: number; latencies: number[]; errors: number };
+type Target = { name: string; url: string; pid: number };
+type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number };
 
 const addressOf = (server: ServerProcess) => {
   const url = /listening on (http:\/\/[\d.]+:\d+)/.exec(server.output())?.[1];
@@ -21,11 +24,21 @@ const addressOf = (server: ServerProcess) => {
   return url;
 };
 
-function load(url: string, duration: number, figures?: Figures): Promise<void> {
+/** User + system CPU time of a process so far, in microseconds (Linux; 0 elsewhere). */
+function cpuMicros(pid: number): number {
+  const stat = `/proc/${pid}/stat`;
+  if (!existsSync(stat)) return 0;
+  const fields = readFileSync(stat, "utf8").split(") ")[1]!.split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100; // clock ticks of 10 ms
+}
+
+function load({ url, pid }: Target, duration: number, figures?: Figures): Promise<void> {
+  const cpuBefore = cpuMicros(pid);
   return new Promise((resolve, reject) => {
     const instance = autocannon({ url, connections, duration }, (error, result) => {
       if (error) return reject(error);
       if (figures) {
+        figures.cpuMicros += cpuMicros(pid) - cpuBefore;
         figures.seconds += duration;
         figures.errors += result.errors + result.timeouts + result.non2xx;
       }
@@ -57,6 +70,7 @@ function summary(figures: Figures) {
     rps: figures.requests / figures.seconds,
     p50: percentile([...sorted], 0.5),
     p99: percentile([...sorted], 0.99),
+    cpu: figures.cpuMicros / figures.requests,
     errors: figures.errors,
   };
 }
@@ -74,17 +88,17 @@ async function main(): Promise<void> {
     started.push(ours);
 
     const targets: Target[] = [
-      { name: "upstream (direct)", url: `${base}/albums/1/photos` },
-      { name: "bare Bun proxy", url: `${addressOf(bare)}/api/albums/1` },
-      { name: "album service", url: `${addressOf(ours)}/api/albums/1` },
+      { name: "upstream (direct)", url: `${base}/albums/1/photos`, pid: upstream.pid },
+      { name: "bare Bun proxy", url: `${addressOf(bare)}/api/albums/1`, pid: bare.pid },
+      { name: "album service", url: `${addressOf(ours)}/api/albums/1`, pid: ours.pid },
     ];
     for (const t of targets) await expectAlbum(t.url, 50);
-    const figures = new Map(targets.map((t) => [t.name, { requests: 0, seconds: 0, latencies: [], errors: 0 } as Figures]));
+    const figures = new Map(targets.map((t) => [t.name, { requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 } as Figures]));
 
     console.log(`${connections} connections, ${rounds} rounds of ${seconds} s per target, after a warm-up`);
-    for (const t of targets) await load(t.url, 2);
+    for (const t of targets) await load(t, 2);
     for (let round = 1; round <= rounds; round++) {
-      for (const t of targets) await load(t.url, seconds, figures.get(t.name));
+      for (const t of targets) await load(t, seconds, figures.get(t.name));
       console.log(`round ${round}/${rounds} done`);
     }
     report(targets, figures);
@@ -95,16 +109,17 @@ async function main(): Promise<void> {
 
 function report(targets: Target[], figures: Map<string, Figures>): void {
   const rows = targets.map((t) => ({ target: t.name, ...summary(figures.get(t.name)!) }));
-  console.log("\ntarget               req/s     p50 ms   p99 ms   errors");
+  console.log("\ntarget               req/s     p50 ms   p99 ms   errors   server CPU µs/req");
   for (const r of rows) {
     console.log(
-      `${r.target.padEnd(18)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(9)} ${r.p99.toFixed(3).padStart(8)} ${String(r.errors).padStart(8)}`,
+      `${r.target.padEnd(18)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(9)} ${r.p99.toFixed(3).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(1).padStart(10)}`,
     );
   }
   const [, bare, ours] = rows as [unknown, (typeof rows)[number], (typeof rows)[number]];
   const ratio = ours.rps / bare.rps;
   const extraP99 = ours.p99 - bare.p99;
   console.log(`\nratio album service / bare proxy (req/s): ${ratio.toFixed(3)} (target >= 0.9: ${ratio >= 0.9 ? "met" : "missed"})`);
+  console.log(`server CPU per request, album service / bare proxy: ${(ours.cpu / bare.cpu).toFixed(2)}`);
   console.log(`p99 over the bare proxy's: ${extraP99.toFixed(3)} ms (target <= 1 ms: ${extraP99 <= 1 ? "met" : "missed"})`);
 }
 
