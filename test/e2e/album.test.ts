@@ -8,7 +8,7 @@ import { settingNames } from "../../src/config.ts";
 import { parseExact } from "../album/harness.ts";
 import { albumOf, json, photosJson, startPhotoService, type Answer, type PhotoService } from "../album/photo-service.ts";
 import { startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
-import { get, send, type Target } from "./http.ts";
+import { ask, call, type Target } from "../inference/http.ts";
 
 // The album service as it ships: `src/index.ts` run by each runtime as a child process, in front
 // of a photo service on loopback.
@@ -50,7 +50,7 @@ function startAlbum(runtime: RuntimeName, options: AlbumOptions = {}, ready?: Re
 const tcpOf = (server: ServerProcess): Target => {
   const port = /album service listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(server.output())?.[1];
   if (!port) throw new Error(`no port in:\n${server.output()}`);
-  return { port: Number(port) };
+  return { url: `http://127.0.0.1:${port}` };
 };
 
 /** An answer that holds each request until the test releases them all. */
@@ -97,7 +97,7 @@ describe.each(runtimes)("the album service under %s", (runtime) => {
     photos.requests.length = 0;
     const ids = ["9007199254740993", "9223372036854775807", "-9223372036854775808"];
     photos.answerWith(json(photosJson(ids)));
-    const answer = await get(tcp, "/api/albums/-9223372036854775808?x=1");
+    const answer = await ask(tcp, "GET", "/api/albums/-9223372036854775808?x=1");
     expect(answer.status).toBe(200);
     expect(answer.headers["content-type"]).toMatch(/^application\/json/);
     const body = parseExact(answer.body) as { albumId: string; photos: { id: string }[] };
@@ -109,16 +109,16 @@ describe.each(runtimes)("the album service under %s", (runtime) => {
 
   it("passes an upstream error status on with an empty body", async () => {
     photos.answerWith(json(`{"oops":true}`, 503));
-    expect(await get(tcp, "/api/albums/1")).toMatchObject({ status: 503, body: "" });
+    expect(await ask(tcp, "GET", "/api/albums/1")).toMatchObject({ status: 503, body: "" });
   });
 
   it("answers 400, 404 and 405 as JSON without calling the photo service", async () => {
     photos.requests.length = 0;
-    const bad = await get(tcp, "/api/albums/1.5");
+    const bad = await ask(tcp, "GET", "/api/albums/1.5");
     expect([bad.status, JSON.parse(bad.body).error.code]).toEqual([400, "invalid_album_id"]);
-    const missing = await get(tcp, "/api/nothing");
+    const missing = await ask(tcp, "GET", "/api/nothing");
     expect([missing.status, JSON.parse(missing.body).error.type]).toEqual([404, "not_found_error"]);
-    const post = await get(tcp, "/api/albums/1", "POST");
+    const post = await ask(tcp, "POST", "/api/albums/1");
     expect([post.status, post.headers.allow]).toEqual([405, "GET"]);
     expect(photos.requests).toHaveLength(0);
   });
@@ -131,7 +131,7 @@ describe.each(runtimes)("the album service under %s", (runtime) => {
         resolve();
       }),
     );
-    const { request, answer } = send(tcp, "/api/albums/1");
+    const { request, answer } = call(tcp, "GET", "/api/albums/1");
     answer.catch(() => {}); // the hang-up below rejects it
     await arrived;
     request.destroy();
@@ -157,12 +157,12 @@ describe.each(runtimes)("the album service under %s, stopping", (runtime) => {
     const server = await startAlbum(runtime, { photosUrl: photos.url, socketPath });
     try {
       photos.answerWith(albumOf(2));
-      expect(JSON.parse((await get({ socketPath }, "/api/albums/3")).body).photos).toHaveLength(2);
+      expect(JSON.parse((await ask({ socketPath }, "GET", "/api/albums/3")).body).photos).toHaveLength(2);
 
       const slow = held(albumOf(2));
       photos.answerWith(slow.answer);
-      const overSocket = get({ socketPath }, "/api/albums/4");
-      const overTcp = get(tcpOf(server), "/api/albums/5");
+      const overSocket = ask({ socketPath }, "GET", "/api/albums/4");
+      const overTcp = ask(tcpOf(server), "GET", "/api/albums/5");
       await slow.arrived(2);
       server.child.kill("SIGTERM");
       await server.waitForOutput(/SIGTERM received/);
