@@ -1,12 +1,9 @@
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildLlamaServerArgs } from "../sidecar/args.ts";
 import { launchEnv } from "../sidecar/binary.ts";
-import { createSupervisor, resolveLlamaServerBinary, type RunnerSpec } from "../sidecar/index.ts";
+import { createSupervisor, type RunnerSpec } from "../sidecar/index.ts";
 import { removeSocket } from "../src/runtime/socket-file.ts";
-import { detectRuntime } from "../src/runtime/index.ts";
-import { writeTinyLlamaGguf } from "../test/support/tiny-gguf.ts";
+import { sidecarWorld } from "../test/sidecar/harness.ts";
 
 // Spawn-to-ready of the tiny model: our supervisor (stale-socket check, log, pid file, growing
 // poll interval) against the floor: llama-server spawned by hand, /health polled every 1 ms.
@@ -15,14 +12,9 @@ import { writeTinyLlamaGguf } from "../test/support/tiny-gguf.ts";
 //   npm run bench:sidecar       (BENCH_ROUNDS tunes it; target: median at most 50 ms above the floor)
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 10);
-const runtime = await detectRuntime();
-const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
-const dir = await mkdtemp(join(tmpdir(), "bench-sidecar-"));
-const modelPath = join(dir, "tiny.gguf");
-await writeTinyLlamaGguf(modelPath);
-const runDir = join(dir, "run");
-await mkdir(runDir);
-const supervisor = createSupervisor({ runtime, binary, runDir, logDir: join(dir, "logs") });
+const world = await sidecarWorld();
+const { runtime, binary, runDir, logDir, modelPath } = world;
+const supervisor = createSupervisor({ runtime, binary, runDir, logDir });
 const spec: RunnerSpec = { name: "bench", modelPath, mode: "completion" };
 
 async function floor(): Promise<number> {
@@ -67,7 +59,7 @@ for (let round = 0; round < rounds; round++) {
   const order = round % 2 ? (["supervisor", "floor"] as const) : (["floor", "supervisor"] as const);
   for (const which of order) times[which].push(which === "floor" ? await floor() : await supervised());
 }
-await rm(dir, { recursive: true, force: true });
+await world.remove();
 
 const f = median(times.floor);
 const s = median(times.supervisor);
