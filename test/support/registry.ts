@@ -93,7 +93,7 @@ function describeBlob(blob: BlobInput): { digest: string; size: number } {
   return blob instanceof Uint8Array ? { digest: sha256(blob), size: blob.byteLength } : { digest: blob.digest, size: blob.size };
 }
 
-/** Monolithic blob upload: POST opens an upload session, PUT with `?digest=` sends the bytes. */
+/** Monolithic blob upload: POST opens an upload, PUT with `?digest=` sends the bytes. */
 export async function pushBlob(registryUrl: string, repository: string, blob: BlobInput): Promise<{ digest: string; size: number }> {
   const { digest, size } = describeBlob(blob);
   const opened = await fetch(`${registryUrl}/v2/${repository}/blobs/uploads/`, { method: "POST" });
