@@ -3,7 +3,7 @@ import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
-// sends it, chunk by chunk (SSE included: never buffered, never re-framed). The lease is released
+// sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
 // when the response body ends or the client leaves, not when the handler returns.
 
 /** Headers that describe one connection, not the message: never copied across the proxy. */
@@ -14,7 +14,8 @@ const EXIT_REASON_WAIT_MS = 1000;
 
 export type Forwarded = { lease: Lease; model: string; path: string; body: Uint8Array<ArrayBuffer>; request: Request };
 
-export async function forward({ lease, model, path, body, request }: Forwarded): Promise<Response> {
+export async function forward(forwarded: Forwarded): Promise<Response> {
+  const { lease, model, path, body, request } = forwarded;
   let upstream: Response;
   try {
     upstream = await lease.fetch(`http://runner${path}`, {
@@ -35,13 +36,29 @@ export async function forward({ lease, model, path, body, request }: Forwarded):
     lease.release();
     return new Response(null, { status: upstream.status, headers });
   }
-  const sse = headers.get("content-type")?.startsWith("text/event-stream") ?? false;
+  const init = { status: upstream.status, statusText: upstream.statusText, headers };
+  if (!headers.get("content-type")?.startsWith("text/event-stream")) return new Response(await whole(upstream, forwarded), init);
   const relayed = relay(upstream.body, lease.release, async (error) => {
-    if (request.signal.aborted || !sse) return undefined;
+    if (request.signal.aborted) return undefined;
     // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
     return sseError(runnerFailed(model, await exitReason(lease, error)));
   });
-  return new Response(relayed, { status: upstream.status, statusText: upstream.statusText, headers });
+  return new Response(relayed, init);
+}
+
+/**
+ * A JSON answer: llama-server writes it in one piece once it is complete, so it is read whole and
+ * the slot released at once; passing it on as one buffer also spares a stream per request.
+ */
+async function whole(upstream: Response, { lease, model, request }: Forwarded): Promise<ArrayBuffer> {
+  try {
+    return await upstream.arrayBuffer();
+  } catch (error) {
+    if (request.signal.aborted) throw clientGone();
+    throw runnerFailed(model, await exitReason(lease, error));
+  } finally {
+    lease.release();
+  }
 }
 
 /**

@@ -1,0 +1,241 @@
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { Agent } from "undici";
+import { buildLlamaServerArgs } from "../sidecar/args.ts";
+import { launchEnv } from "../sidecar/binary.ts";
+import { resolveLlamaServerBinary } from "../sidecar/index.ts";
+import { createModelStore } from "../src/models/index.ts";
+import { detectRuntime } from "../src/runtime/index.ts";
+import { removeSocket } from "../src/runtime/socket-file.ts";
+import { startStack, until } from "../test/inference/harness.ts";
+import { startServer } from "../test/support/server-process.ts";
+
+// What our endpoint costs on top of llama-server, the tiny model pulled from a real registry, the
+// server under Bun, the same client (Node's fetch over a Unix socket) for both sides:
+// 1. overhead: `max_tokens: 1` completions, 16 at a time, straight to the runner's socket vs
+//    through our socket (rounds alternate, so drift hits both alike);
+// 2. streaming: 256-token streams, each chunk's lag behind the moment llama-server produced it,
+//    through us vs direct;
+// 3. cold start: request to first token for an unloaded model vs spawning llama-server by hand,
+//    polling /health every 5 ms and sending the same request.
+//
+//   npm run bench:inference     (BENCH_ROUNDS, BENCH_REQUESTS, BENCH_CONCURRENCY tune it; BENCH_PARTS
+//                                picks among overhead,streaming,cold)
+
+const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 400);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
+
+const stack = await startStack({ models: ["ai/tiny"], env: { INFERENCE_SLOTS: "4" } });
+const P = "/exp/vDD4.40";
+
+const agents = new Map<string, Agent>();
+function post(socketPath: string, path: string, body: object, signal?: AbortSignal): Promise<Response> {
+  let dispatcher = agents.get(socketPath);
+  if (!dispatcher) agents.set(socketPath, (dispatcher = new Agent({ connect: { socketPath }, connections: 64, headersTimeout: 0, bodyTimeout: 0 })));
+  return fetch(`http://localhost${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal,
+    dispatcher,
+  } as RequestInit);
+}
+
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+const ms = (value: number) => `${value.toFixed(2)} ms`;
+
+type Side = { name: string; socket: string; path: string };
+type Totals = { requests: number; seconds: number; latencies: number[] };
+
+async function runnerSocket(): Promise<string> {
+  const files = await readdir(join(stack.dir, "run"));
+  const socket = files.find((f) => f.includes("-completion-") && f.endsWith(".sock"));
+  if (!socket) throw new Error("no completion runner loaded");
+  return join(stack.dir, "run", socket);
+}
+
+// --- 1. overhead ---------------------------------------------------------------------------------
+async function burst(side: Side, count: number): Promise<{ seconds: number; latencies: number[] }> {
+  const latencies: number[] = [];
+  let next = 0;
+  const began = performance.now();
+  const worker = async () => {
+    while (next++ < count) {
+      const start = performance.now();
+      const response = await post(side.socket, side.path, { model: "ai/tiny", prompt: "hi", max_tokens: 1 });
+      await response.arrayBuffer();
+      if (response.status !== 200) throw new Error(`${side.name}: status ${response.status}`);
+      latencies.push(performance.now() - start);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  return { seconds: (performance.now() - began) / 1000, latencies };
+}
+
+async function overhead() {
+  await (await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 })).arrayBuffer();
+  const runner = await runnerSocket();
+  const bareSocket = join(stack.dir, "bare.sock");
+  const bare = await startServer({
+    runtime: "bun",
+    entry: "bench/inference/bare-proxy.ts",
+    env: { RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket },
+  });
+  const sides: Side[] = [
+    { name: "direct", socket: runner, path: "/v1/completions" },
+    { name: "bare", socket: bareSocket, path: "/v1/completions" },
+    { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions` },
+  ];
+  try {
+    await measureOverhead(sides);
+  } finally {
+    await bare.stop();
+  }
+}
+
+async function measureOverhead(sides: Side[]) {
+  for (const side of sides) await burst(side, 50); // warm them all
+  const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [] }]));
+  for (let round = 0; round < rounds; round++) {
+    for (const side of round % 2 ? [...sides].reverse() : sides) {
+      const { seconds, latencies } = await burst(side, requestsPerRound);
+      const total = totals.get(side.name)!;
+      total.requests += requestsPerRound;
+      total.seconds += seconds;
+      total.latencies.push(...latencies);
+    }
+  }
+  const [direct, bare, ours] = sides.map((s) => totals.get(s.name)!) as [Totals, Totals, Totals];
+  const rate = (t: Totals) => t.requests / t.seconds;
+  console.log(`overhead (${rounds} x ${requestsPerRound} requests, ${CONCURRENCY} concurrent, max_tokens 1)`);
+  for (const [name, t] of [["direct", direct], ["bare proxy", bare], ["ours", ours]] as const) {
+    console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}`);
+  }
+  console.log(`  throughput ratio ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)} (target >= 0.95); bare/direct: ${(rate(bare) / rate(direct)).toFixed(3)}`);
+  console.log(`  p50 above direct: ${ms(median(ours.latencies) - median(direct.latencies))} (target <= 1 ms); bare: ${ms(median(bare.latencies) - median(direct.latencies))}`);
+}
+
+// --- 2. streaming --------------------------------------------------------------------------------
+// With `timings_per_token`, llama-server stamps each chunk with `predicted_ms`, its own clock at
+// production. A chunk's lag = arrival minus production, both taken relative to the first chunk, so
+// the generation's own pace cancels out; what is left is transport, and through us, our relay.
+async function chunkLags(side: Side): Promise<number[]> {
+  const body = { model: "ai/tiny", prompt: "Once", max_tokens: 256, ignore_eos: true, stream: true, timings_per_token: true };
+  const response = await post(side.socket, side.path, body);
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  const lags: number[] = [];
+  let first: { arrived: number; produced: number } | undefined;
+  let pending = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    const arrived = performance.now();
+    pending += decoder.decode(value, { stream: true });
+    const events = pending.split("\n\n");
+    pending = events.pop()!;
+    for (const event of events) {
+      if (!event.startsWith("data: {")) continue;
+      const produced = (JSON.parse(event.slice("data: ".length)) as { timings?: { predicted_ms?: number } }).timings?.predicted_ms;
+      if (produced === undefined) continue;
+      first ??= { arrived, produced };
+      lags.push(arrived - first.arrived - (produced - first.produced));
+    }
+  }
+  return lags.slice(1);
+}
+
+async function streaming() {
+  // One slot gets the model's whole context (512 tokens): room for 256 generated ones.
+  await post(stack.socket, "/engines/_configure", { model: "ai/tiny", slots: 1 }).then((r) => r.arrayBuffer());
+  await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 1, "the reloaded runner");
+  await (await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 })).arrayBuffer();
+  const sides: Side[] = [
+    { name: "direct", socket: await runnerSocket(), path: "/v1/completions" },
+    { name: "ours", socket: stack.socket, path: `${P}/v1/completions` },
+  ];
+  const lags = { direct: [] as number[], ours: [] as number[] };
+  for (let round = 0; round < rounds * 2; round++) {
+    for (const side of round % 2 ? [...sides].reverse() : sides) lags[side.name as "direct" | "ours"].push(...(await chunkLags(side)));
+  }
+  const p99 = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length * 0.99)]!;
+  console.log(`streaming (${rounds * 2} streams of 256 tokens each way; a chunk's lag = arrival - production, from the first chunk)`);
+  console.log(`  direct: median lag ${ms(median(lags.direct))}, p99 ${ms(p99(lags.direct))} (${lags.direct.length} chunks)`);
+  console.log(`  ours:   median lag ${ms(median(lags.ours))}, p99 ${ms(p99(lags.ours))} (${lags.ours.length} chunks)`);
+  console.log(`  added by us per chunk: median ${ms(median(lags.ours) - median(lags.direct))} (target < 1 ms)`);
+}
+
+// --- 3. cold start -------------------------------------------------------------------------------
+const FIRST_TOKEN = { model: "ai/tiny", prompt: "hi", max_tokens: 1, stream: true };
+
+async function firstToken(socket: string, path: string): Promise<void> {
+  const response = await post(socket, path, FIRST_TOKEN);
+  const reader = response.body!.getReader();
+  await reader.read();
+  await reader.cancel();
+}
+
+async function coldOurs(): Promise<number> {
+  // The last request's lease ends when our side sees the client's cancel: unload once it has.
+  for (;;) {
+    await post(stack.socket, "/engines/unload", { all: true }).then((r) => r.arrayBuffer());
+    const ps = (await (await fetch(`${stack.url}/engines/ps`)).json()) as unknown[];
+    if (ps.length === 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  const began = performance.now();
+  await firstToken(stack.socket, `${P}/v1/completions`);
+  return performance.now() - began;
+}
+
+async function coldByHand(modelPath: string): Promise<number> {
+  const runtime = await detectRuntime();
+  const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
+  const socketPath = join(stack.dir, "run", "by-hand.sock");
+  const args = buildLlamaServerArgs({ name: "by-hand", modelPath, mode: "completion", parallel: 4 }, socketPath);
+  const began = performance.now();
+  const child = await runtime.spawn(binary.path, args, { env: launchEnv(binary.path, process.env) });
+  const fetchRunner = runtime.unixFetch(socketPath);
+  // Polled every 5 ms: back to back, the polling itself would take a core from the loading runner.
+  for (;;) {
+    const status = await fetchRunner("http://runner/health").then((r) => (r.body?.cancel(), r.status), () => 0);
+    if (status === 200) break;
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  await firstToken(socketPath, "/v1/completions");
+  const elapsed = performance.now() - began;
+  child.kill("SIGTERM");
+  await child.exited;
+  removeSocket(socketPath);
+  return elapsed;
+}
+
+async function coldStart() {
+  const { id } = (await (await fetch(`${stack.url}/models/ai/tiny`)).json()) as { id: string };
+  const modelPath = (await createModelStore(join(stack.dir, "models")).resolve(id))!.ggufPath;
+  const ours: number[] = [];
+  const hand: number[] = [];
+  for (let round = 0; round < rounds * 2; round++) {
+    if (round % 2) ours.push(await coldOurs()), hand.push(await coldByHand(modelPath));
+    else hand.push(await coldByHand(modelPath)), ours.push(await coldOurs());
+  }
+  console.log(`cold start (${rounds * 2} rounds, request to first token for an unloaded model)`);
+  console.log(`  by hand: ${hand.map((t) => t.toFixed(0)).join(" ")} ms; ours: ${ours.map((t) => t.toFixed(0)).join(" ")} ms`);
+  console.log(`  by hand: median ${ms(median(hand))}; ours: median ${ms(median(ours))}`);
+  console.log(`  ours above by hand: ${ms(median(ours) - median(hand))}, ratio ${(median(ours) / median(hand)).toFixed(3)} (target <= 100 ms above)`);
+}
+
+const parts = new Set((process.env.BENCH_PARTS ?? "overhead,streaming,cold").split(","));
+try {
+  if (parts.has("overhead")) await overhead();
+  if (parts.has("streaming")) await streaming();
+  if (parts.has("cold")) await coldStart();
+} finally {
+  for (const agent of agents.values()) await agent.close();
+  await stack.stop();
+}
