@@ -1,6 +1,5 @@
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { Agent } from "undici";
 import { buildLlamaServerArgs } from "../sidecar/args.ts";
 import { launchEnv } from "../sidecar/binary.ts";
 import { resolveLlamaServerBinary } from "../sidecar/index.ts";
@@ -11,7 +10,7 @@ import { startStack, until } from "../test/inference/harness.ts";
 import { startServer } from "../test/support/server-process.ts";
 
 // What our endpoint costs on top of llama-server, the tiny model pulled from a real registry, the
-// server under Bun, the same client (Node's fetch over a Unix socket) for both sides:
+// server under Bun, the same client (Bun's fetch over a Unix socket) for every side:
 // 1. overhead: `max_tokens: 1` completions, 16 at a time, straight to the runner's socket vs
 //    through our socket (rounds alternate, so drift hits both alike);
 // 2. streaming: 256-token streams, each chunk's lag behind the moment llama-server produced it,
@@ -26,20 +25,20 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 400);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 
-const stack = await startStack({ models: ["ai/tiny"], env: { INFERENCE_SLOTS: "4" } });
+const stack = await startStack({ models: ["ai/tiny"], env: { INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4" } });
 const P = "/exp/vDD4.40";
 
-const agents = new Map<string, Agent>();
-function post(socketPath: string, path: string, body: object, signal?: AbortSignal): Promise<Response> {
-  let dispatcher = agents.get(socketPath);
-  if (!dispatcher) agents.set(socketPath, (dispatcher = new Agent({ connect: { socketPath }, connections: 64, headersTimeout: 0, bodyTimeout: 0 })));
-  return fetch(`http://localhost${path}`, {
+// The runtime's own Unix-socket fetch (Bun's, as the bench runs under Bun), the same for every side.
+const runtime = await detectRuntime();
+const fetchers = new Map<string, typeof fetch>();
+function post(socketPath: string, path: string, body: object): Promise<Response> {
+  let fetchVia = fetchers.get(socketPath);
+  if (!fetchVia) fetchers.set(socketPath, (fetchVia = runtime.unixFetch(socketPath)));
+  return fetchVia(`http://localhost${path}`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
-    signal,
-    dispatcher,
-  } as RequestInit);
+  });
 }
 
 const median = (values: number[]) => {
@@ -78,6 +77,10 @@ async function burst(side: Side, count: number): Promise<{ seconds: number; late
 }
 
 async function overhead() {
+  // Three clients share this runner; llama-server serves each keep-alive connection on one HTTP
+  // thread, so it needs threads for all of them, or one side would wait on another's idle ones.
+  await post(stack.socket, "/engines/_configure", { model: "ai/tiny", "runtime-flags": ["--threads-http", "64"] }).then((r) => r.arrayBuffer());
+  await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 1, "the configured runner");
   await (await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 })).arrayBuffer();
   const runner = await runnerSocket();
   const bareSocket = join(stack.dir, "bare.sock");
@@ -114,7 +117,9 @@ async function measureOverhead(sides: Side[]) {
   const rate = (t: Totals) => t.requests / t.seconds;
   console.log(`overhead (${rounds} x ${requestsPerRound} requests, ${CONCURRENCY} concurrent, max_tokens 1)`);
   for (const [name, t] of [["direct", direct], ["bare proxy", bare], ["ours", ours]] as const) {
-    console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}`);
+    const sorted = [...t.latencies].sort((a, b) => a - b);
+    const p99 = sorted[Math.floor(sorted.length * 0.99)]!;
+    console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}, p99 ${ms(p99)}, max ${ms(sorted.at(-1)!)}`);
   }
   console.log(`  throughput ratio ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)} (target >= 0.95); bare/direct: ${(rate(bare) / rate(direct)).toFixed(3)}`);
   console.log(`  p50 above direct: ${ms(median(ours.latencies) - median(direct.latencies))} (target <= 1 ms); bare: ${ms(median(bare.latencies) - median(direct.latencies))}`);
@@ -194,7 +199,6 @@ async function coldOurs(): Promise<number> {
 }
 
 async function coldByHand(modelPath: string): Promise<number> {
-  const runtime = await detectRuntime();
   const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
   const socketPath = join(stack.dir, "run", "by-hand.sock");
   const args = buildLlamaServerArgs({ name: "by-hand", modelPath, mode: "completion", parallel: 4 }, socketPath);
@@ -236,6 +240,5 @@ try {
   if (parts.has("streaming")) await streaming();
   if (parts.has("cold")) await coldStart();
 } finally {
-  for (const agent of agents.values()) await agent.close();
   await stack.stop();
 }

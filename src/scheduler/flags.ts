@@ -12,7 +12,7 @@ const ALLOWED = new Set([
   "--repeat-penalty", "--repeat-last-n", "--presence-penalty", "--frequency-penalty",
   "--jinja", "--no-jinja", "--chat-template", "--reasoning-format", "--reasoning-budget",
   "--keep", "--context-shift", "--no-context-shift", "--cache-reuse", "--swa-full", "-kvu", "--kv-unified",
-  "--defrag-thold", "-dt", "--no-warmup", "--sse-ping-interval",
+  "--defrag-thold", "-dt", "--no-warmup", "--sse-ping-interval", "--threads-http",
 ]);
 
 /** Checks `--flag value`, `--flag=value` lists; returns the reason of the first refusal, if any. */

@@ -210,6 +210,12 @@ export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings,
     mode,
     contextSize: settings.contextSize,
     parallel: slots,
-    extraArgs: settings.runtimeFlags ?? [],
+    // llama-server serves each keep-alive connection on one HTTP thread until it closes: with
+    // fewer threads than our open connections (a slot each, plus metrics), a request would wait
+    // for another connection's keep-alive to time out. The model's own flags come after and win.
+    extraArgs: ["--threads-http", String(slots + HTTP_THREADS_SPARE), ...(settings.runtimeFlags ?? [])],
   };
 }
+
+/** HTTP threads beyond one per slot: metrics scrapes, and connections still closing. */
+const HTTP_THREADS_SPARE = 8;

@@ -201,7 +201,7 @@ describe("scheduler", () => {
       mode: "embedding",
       contextSize: 2048,
       parallel: 3,
-      extraArgs: ["--threads", "1"],
+      extraArgs: ["--threads-http", "11", "--threads", "1"],
     });
   });
 
