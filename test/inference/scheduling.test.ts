@@ -132,7 +132,11 @@ describe("scheduling", () => {
     await until(async () => (await ps()).every((r) => !r.in_use), "idle runners");
     expect((await unloadAll()).json().unloaded_runners).toBeGreaterThan(0);
     await tooLong();
+    const before = await stack.runnerPids();
+    expect(before.length).toBeGreaterThan(0);
     await stack.restart();
+    // The server stopped its runners on SIGTERM.
+    expect((await stack.runnerPids()).filter((pid) => before.includes(pid))).toEqual([]);
     await tooLong();
   });
 
