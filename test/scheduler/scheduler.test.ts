@@ -18,6 +18,11 @@ function memorySettings(initial: Record<string, ModelSettings> = {}): SettingsSt
   };
 }
 
+const flush = async () => {
+  await vi.advanceTimersByTimeAsync(0);
+  await tick();
+};
+
 function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings()) {
   const fake = fakeStarter();
   const scheduler = createScheduler({
@@ -25,16 +30,19 @@ function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings(
     settings,
     limits: { maxRunners: 2, slots: 1, queueDepth: 1, keepAlive: "5m", ...limits },
   });
-  return { ...fake, scheduler };
+  /** A lease on the model's runner, its load (if one starts) let through. */
+  const leaseLoaded = async (model: ModelRef, mode: "completion" | "embedding" = "completion") => {
+    const lease = scheduler.acquire(model, mode);
+    await flush();
+    await fake.finishLoads();
+    return lease;
+  };
+  return { ...fake, scheduler, leaseLoaded };
 }
 
 describe("scheduler", () => {
   beforeEach(() => void vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] }));
   afterEach(() => void vi.useRealTimers());
-  const flush = async () => {
-    await vi.advanceTimersByTimeAsync(0);
-    await tick();
-  };
 
   it("shares one load between concurrent requests for a model", async () => {
     const { scheduler, pending, finishLoads, started } = setup({ slots: 2 });
@@ -72,11 +80,8 @@ describe("scheduler", () => {
   });
 
   it("queues beyond the slots in FIFO order and answers 503 with Retry-After when the queue is full", async () => {
-    const { scheduler, finishLoads } = setup({ slots: 1, queueDepth: 2 });
-    const first = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const lease1 = await first;
+    const { scheduler, leaseLoaded } = setup({ slots: 1, queueDepth: 2 });
+    const lease1 = await leaseLoaded(A);
     const order: number[] = [];
     const second = scheduler.acquire(A, "completion").then((l) => (order.push(2), l));
     const third = scheduler.acquire(A, "completion").then((l) => (order.push(3), l));
@@ -90,11 +95,8 @@ describe("scheduler", () => {
   });
 
   it("drops a queued request whose client went away", async () => {
-    const { scheduler, finishLoads } = setup({ slots: 1, queueDepth: 1 });
-    const first = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const lease = await first;
+    const { scheduler, leaseLoaded } = setup({ slots: 1, queueDepth: 1 });
+    const lease = await leaseLoaded(A);
     const abort = new AbortController();
     const queued = scheduler.acquire(A, "completion", abort.signal);
     abort.abort(new Error("client gone"));
@@ -107,20 +109,11 @@ describe("scheduler", () => {
   });
 
   it("unloads the least recently used idle runner to make room, never one in use", async () => {
-    const { scheduler, finishLoads, started } = setup({ maxRunners: 2 });
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    (await a).release();
+    const { scheduler, started, leaseLoaded } = setup({ maxRunners: 2 });
+    (await leaseLoaded(A)).release();
     vi.advanceTimersByTime(10);
-    const b = scheduler.acquire(B, "completion");
-    await flush();
-    await finishLoads();
-    const leaseB = await b;
-    const c = scheduler.acquire(C, "completion");
-    await flush();
-    await finishLoads();
-    (await c).release();
+    const leaseB = await leaseLoaded(B);
+    (await leaseLoaded(C)).release();
     expect(started[0]!.stopped).toBe(true); // A: idle and oldest
     expect(started[1]!.stopped).toBe(false); // B: in use
     expect(scheduler.runners().map((r) => r.model).sort()).toEqual(["ai/b:latest", "ai/c:latest"]);
@@ -128,11 +121,8 @@ describe("scheduler", () => {
   });
 
   it("waits for a runner to go idle when every runner is in use", async () => {
-    const { scheduler, finishLoads, pending } = setup({ maxRunners: 1 });
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const leaseA = await a;
+    const { scheduler, finishLoads, pending, leaseLoaded } = setup({ maxRunners: 1 });
+    const leaseA = await leaseLoaded(A);
     const b = scheduler.acquire(B, "completion");
     await flush();
     expect(pending).toHaveLength(0);
@@ -144,11 +134,8 @@ describe("scheduler", () => {
   });
 
   it("unloads an idle runner after its keep-alive, timed from the end of its last request", async () => {
-    const { scheduler, finishLoads, started } = setup({ keepAlive: "5m" });
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const lease = await a;
+    const { scheduler, started, leaseLoaded } = setup({ keepAlive: "5m" });
+    const lease = await leaseLoaded(A);
     vi.advanceTimersByTime(10 * 60_000);
     expect(started[0]!.stopped).toBe(false);
     lease.release();
@@ -165,22 +152,16 @@ describe("scheduler", () => {
     ["-1", false],
   ])("applies a per-model keep_alive of %s", async (keepAlive, stopped) => {
     const settings = memorySettings({ [A.id]: { keepAlive } });
-    const { scheduler, finishLoads, started } = setup({}, settings);
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    (await a).release();
+    const { started, leaseLoaded } = setup({}, settings);
+    (await leaseLoaded(A)).release();
     vi.advanceTimersByTime(24 * 3_600_000);
     await flush();
     expect(started[0]!.stopped).toBe(stopped);
   });
 
   it("starts a fresh runner after a crash", async () => {
-    const { scheduler, finishLoads, started, pending } = setup();
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const lease = await a;
+    const { scheduler, started, pending, leaseLoaded } = setup();
+    const lease = await leaseLoaded(A);
     started[0]!.crash("SIGKILL");
     await flush();
     lease.release();
@@ -206,11 +187,8 @@ describe("scheduler", () => {
   });
 
   it("unload leaves a runner in use alone; unloadModel refuses with 409", async () => {
-    const { scheduler, finishLoads } = setup();
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const lease = await a;
+    const { scheduler, leaseLoaded } = setup();
+    const lease = await leaseLoaded(A);
     expect(await scheduler.unload(() => true)).toBe(0);
     await expect(scheduler.unloadModel(A)).rejects.toMatchObject({ status: 409 });
     lease.release();
@@ -219,11 +197,8 @@ describe("scheduler", () => {
   });
 
   it("reload lets the old runner finish, and sends new requests to a fresh one", async () => {
-    const { scheduler, finishLoads, started } = setup({ maxRunners: 4 });
-    const a = scheduler.acquire(A, "completion");
-    await flush();
-    await finishLoads();
-    const lease = await a;
+    const { scheduler, finishLoads, started, leaseLoaded } = setup({ maxRunners: 4 });
+    const lease = await leaseLoaded(A);
     scheduler.reload(A);
     const fresh = scheduler.acquire(A, "completion");
     await flush();
