@@ -1,0 +1,40 @@
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startStack, until, type Stack } from "./harness.ts";
+import { ask, openStream } from "./http.ts";
+import { busySlots, runnerSocket } from "./runners.ts";
+
+// The same server under Node and Deno (Bun runs the other files): the openai client chats and
+// streams, and a client that hangs up frees the llama-server slot on these runtimes too.
+
+describe.each(["node", "deno"] as const)("under %s", (runtime) => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ runtime, models: ["ai/tiny"] });
+  });
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it("chats and streams with the openai client", async () => {
+    const client = new OpenAI({ baseURL: `${stack.url}/engines/v1`, apiKey: "unused", maxRetries: 0 });
+    const completion = await client.chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
+    expect(completion.choices[0]!.message.role).toBe("assistant");
+    const stream = await client.chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 8, stream: true });
+    let chunks = 0;
+    for await (const _ of stream) chunks++;
+    expect(chunks).toBeGreaterThan(1);
+  });
+
+  it("frees the llama-server slot when the client hangs up", async () => {
+    const configured = await ask({ url: stack.url }, "POST", "/engines/_configure", { model: "ai/tiny", slots: 1, "runtime-flags": ["--context-shift"] });
+    expect(configured.status).toBe(202);
+    const body = { model: "ai/tiny", prompt: "x", max_tokens: 1_000_000, ignore_eos: true, stream: true };
+    const stream = openStream({ url: stack.url }, "/v1/completions", body, 3);
+    await stream.started;
+    const runner = await runnerSocket(stack, "ai/tiny");
+    expect(await busySlots(runner)).toBe(1);
+    stream.hangUp();
+    await until(async () => (await busySlots(runner)) === 0, "the slot to be freed");
+  });
+});
