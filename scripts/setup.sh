@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf '[setup] %s\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_install() {
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@"
+}
 
 # npm must itself run on a supported Node (>= 22.15), or it warns about every package that needs
 # one. The machine's Node may be older, so npm runs under the Node that package.json pins, fetched
@@ -25,9 +30,7 @@ if [ -z "${LLAMA_SERVER_PATH:-}" ] && ! command -v llama-server >/dev/null 2>&1;
   for tool in git cmake g++ make; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
   if [ -n "$missing" ]; then
     log "installing build tools with apt:$missing"
-    as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq git cmake g++ make
+    apt_install git cmake g++ make
   fi
   bash sidecar/build-llama-server.sh >/dev/null
 fi
@@ -35,7 +38,5 @@ fi
 # --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry).
 if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/docker-registry ]; then
   log "installing docker-registry with apt"
-  sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-  sudo_if_needed apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq docker-registry
+  apt_install docker-registry
 fi
