@@ -23,8 +23,10 @@ async function serve(handler: FetchHandler, target: ListenTarget): Promise<Liste
 }
 
 function unixFetch(socketPath: string): typeof fetch {
+  // timeout: false turns off Bun's 5-minute socket idle timer, which would cut a generation whose
+  // prompt processing sends nothing for longer than that.
   return ((input: RequestInfo | URL, init?: RequestInit) =>
-    fetch(input, { ...init, unix: socketPath })) as typeof fetch;
+    fetch(input, { ...init, unix: socketPath, timeout: false } as RequestInit)) as typeof fetch;
 }
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
