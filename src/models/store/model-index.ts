@@ -36,7 +36,14 @@ export type IndexEntry = z.infer<typeof Entry>;
 
 const IndexFile = z.object({ version: z.literal(1), models: z.array(Entry) });
 
+// The index as last read or written, per store root. Every inference request resolves its model
+// here, so it must not cost a file read and a parse each time; this process is the store's only
+// writer (see the README), so what it wrote last is what the file holds. Callers do not mutate it.
+const cache = new Map<string, IndexEntry[]>();
+
 export async function readIndex(layout: Layout): Promise<IndexEntry[]> {
+  const cached = cache.get(layout.root);
+  if (cached) return cached;
   let text: string;
   try {
     text = await readFile(layout.indexFile, "utf8");
@@ -44,11 +51,14 @@ export async function readIndex(layout: Layout): Promise<IndexEntry[]> {
     if (isMissing(error)) return [];
     throw error;
   }
-  return IndexFile.parse(JSON.parse(text)).models;
+  const models = IndexFile.parse(JSON.parse(text)).models;
+  cache.set(layout.root, models);
+  return models;
 }
 
 async function writeIndex(layout: Layout, models: IndexEntry[]): Promise<void> {
   await writeFileAtomic(layout.indexFile, `${JSON.stringify({ version: 1, models }, null, 2)}\n`);
+  cache.set(layout.root, models);
 }
 
 // Read-modify-write of the index is serialised per store root, so two pulls (or a pull and a
@@ -58,7 +68,8 @@ const queues = new Map<string, Promise<unknown>>();
 export function updateIndex<T>(layout: Layout, change: (models: IndexEntry[]) => { models: IndexEntry[]; result: T } | Promise<{ models: IndexEntry[]; result: T }>): Promise<T> {
   const previous = queues.get(layout.root) ?? Promise.resolve();
   const next = previous.catch(() => {}).then(async () => {
-    const { models, result } = await change(await readIndex(layout));
+    // A copy: a change that throws half-way must not leave its edits in the cache.
+    const { models, result } = await change(structuredClone(await readIndex(layout)));
     await writeIndex(layout, models);
     return result;
   });
