@@ -38,7 +38,7 @@ if [ "$shipped_tag" != "$LLAMA_CPP_TAG" ]; then
 fi
 
 log "cloning the bundle"
-git clone --quiet "$work/package/llama/gitRelease.bundle" "$work/src"
+git -c advice.detachedHead=false clone --quiet "$work/package/llama/gitRelease.bundle" "$work/src"
 
 # RPATH $ORIGIN: the binary finds its libllama/libggml beside it after the build folder is gone.
 log "configuring (cmake)"

@@ -48,6 +48,7 @@ function lazyLauncher(config: Config["inference"], runtime: Runtime) {
     (supervisor ??= retryable(
       (async () => {
         const found = await getBinary();
+        console.log(`llama-server ${found.version} from ${found.path} (${found.source})`);
         const { runtimeDir: runDir, logDir, readyTimeoutMs } = config;
         const created = createSupervisor({ runtime, binary: found, runDir, logDir, readyTimeoutMs });
         await created.cleanupLeftovers();
