@@ -8,7 +8,7 @@ import { settingNames } from "../../src/config.ts";
 import { parseExact } from "../album/harness.ts";
 import { albumOf, json, photosJson, startPhotoService, type Answer, type PhotoService } from "../album/photo-service.ts";
 import { startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
-import { ask, call, type Target } from "../inference/http.ts";
+import { ask, call, type Target } from "../support/http.ts";
 
 // The album service as it ships: `src/index.ts` run by each runtime as a child process, in front
 // of a photo service on loopback.

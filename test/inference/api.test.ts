@@ -1,7 +1,7 @@
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "./harness.ts";
-import { ask, type Target } from "./http.ts";
+import { ask, type Target } from "../support/http.ts";
 
 // Requests that never reach a runner (each bad input), the Unix socket with the /exp/vDD4.40
 // prefix, and the management endpoints; the server under Bun, the store pulled from a registry.

@@ -1,6 +1,6 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ask, type Target } from "./http.ts";
+import { ask, type Target } from "../support/http.ts";
 import type { Stack } from "./harness.ts";
 
 // Looking at a model's runner from outside, the way an operator would: its pid file and socket in

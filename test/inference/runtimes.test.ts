@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, until, type Stack } from "./harness.ts";
-import { ask, openStream } from "./http.ts";
+import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerSocket } from "./runners.ts";
 
 // The same server under Node and Deno (Bun runs the other files): the openai client chats and

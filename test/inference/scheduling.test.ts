@@ -1,7 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, until, type Stack } from "./harness.ts";
-import { ask, openStream } from "./http.ts";
+import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerPid, runnerSocket } from "./runners.ts";
 
 // The scheduler end to end: the server under Bun, three tiny models pulled from a real registry,
