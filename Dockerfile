@@ -13,11 +13,13 @@ ARG LLAMA_CPP_VARIANT=server-cuda
 ARG BUN_VERSION=1.4.5
 ARG NODE_VERSION=22
 
-# Production dependencies (plain JavaScript, no native modules), installed from the lockfile.
+# Production dependencies (plain JavaScript, no native modules), pinned by the lockfile. `npm install`
+# rather than `npm ci`: the lockfile lists only the platform packages of the dev runtimes (bun, deno)
+# that the registry it was made against serves, and `npm ci` refuses a lockfile it would extend.
 FROM node:${NODE_VERSION}-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+RUN npm install --omit=dev --ignore-scripts --no-audit --no-fund
 
 FROM oven/bun:${BUN_VERSION}-debian AS bun
 
