@@ -1,7 +1,7 @@
-import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { mkdir, open, rename, stat, truncate, type FileHandle } from "node:fs/promises";
 import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
+import { backgroundHash, type BackgroundHash } from "./background-hash.ts";
 import type { Layout } from "./layout.ts";
 import { digestOf } from "./manifests.ts";
 import { pipelinedWriter } from "./pipelined-writer.ts";
@@ -57,18 +57,18 @@ async function sizeOf(path: string): Promise<number> {
   }
 }
 
-async function hashExisting(path: string, hash: Hash, signal: AbortSignal): Promise<void> {
-  for await (const chunk of createReadStream(path, { signal, highWaterMark: 1 << 20 })) hash.update(chunk as Buffer);
+async function hashExisting(path: string, hash: BackgroundHash, signal: AbortSignal): Promise<void> {
+  for await (const chunk of createReadStream(path, { signal, highWaterMark: 1 << 20 })) await hash.update([chunk as Buffer]);
 }
 
-async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: Hash, written: number, download: BlobDownload) {
+async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: BackgroundHash, written: number, download: BlobDownload) {
   let bytes = written;
   const reader = body.getReader();
-  const writer = pipelinedWriter(file);
+  // Each chunk is hashed once it is written: it then moves to the hashing thread, uncopied.
+  const writer = pipelinedWriter(file, (parts) => hash.update(parts));
   try {
     for (let next = await reader.read(); !next.done; next = await reader.read()) {
       const chunk = next.value;
-      hash.update(chunk);
       await writer.add(chunk);
       bytes += chunk.byteLength;
       if (download.size !== undefined && bytes > download.size) throw new Error(`blob ${download.digest} is larger than its ${download.size} bytes`);
@@ -100,8 +100,9 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
   let offset = await sizeOf(partial);
   if (download.size !== undefined && offset > download.size) offset = 0;
   const { body, start } = await download.source(offset, signal);
-  const hash = createHash("sha256");
+  const hash = backgroundHash();
   let bytes: number;
+  let actual: string;
   try {
     if (start > 0) await hashExisting(partial, hash, signal);
     download.onProgress?.(start);
@@ -111,11 +112,12 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
     } finally {
       await file.close();
     }
+    actual = await hash.digest();
   } catch (error) {
     await body.cancel().catch(() => {}); // a no-op once the copy has released it
+    await hash.close();
     throw error;
   }
-  const actual = `sha256:${hash.digest("hex")}`;
   if (actual !== digest || (download.size !== undefined && bytes !== download.size)) {
     // Bytes that hash wrong cannot be resumed from: start over next time.
     await removeIfPresent(partial);

@@ -19,7 +19,8 @@ export type PipelinedWriter = {
   settle(): Promise<void>;
 };
 
-export function pipelinedWriter(file: FileHandle): PipelinedWriter {
+/** `written` receives each batch once it is in the file, in file order; the writer waits for it. */
+export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[]) => Promise<void>): PipelinedWriter {
   let inFlight: Promise<unknown> = Promise.resolve();
   let flushing: Promise<unknown> = Promise.resolve();
   let batch: Uint8Array[] = [];
@@ -35,7 +36,7 @@ export function pipelinedWriter(file: FileHandle): PipelinedWriter {
     batch = [];
     sinceFlush += batched;
     batched = 0;
-    inFlight = inFlight.then(() => file.writev(parts));
+    inFlight = inFlight.then(() => file.writev(parts)).then(() => written(parts));
     inFlight.catch(() => {}); // awaited by the next call; this only silences the interim
     if (sinceFlush >= FLUSH_BYTES) {
       sinceFlush = 0;
