@@ -68,10 +68,10 @@ async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash
   const writer = pipelinedWriter(file, (parts) => hash.update(parts));
   try {
     for (let next = await reader.read(); !next.done; next = await reader.read()) {
-      const chunk = next.value;
-      await writer.add(chunk);
-      bytes += chunk.byteLength;
+      // Counted before it is handed over: once written, the chunk moves to the hashing thread.
+      bytes += next.value.byteLength;
       if (download.size !== undefined && bytes > download.size) throw new Error(`blob ${download.digest} is larger than its ${download.size} bytes`);
+      await writer.add(next.value);
       download.onProgress?.(bytes);
     }
     await writer.finish();
