@@ -1,4 +1,3 @@
-import { createReadStream } from "node:fs";
 import { mkdir, open, rename, stat, truncate, type FileHandle } from "node:fs/promises";
 import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
 import { backgroundHash, type BackgroundHash } from "./background-hash.ts";
@@ -57,8 +56,20 @@ async function sizeOf(path: string): Promise<number> {
   }
 }
 
+/** Hashes the bytes already downloaded, read into buffers of our own, since each moves to the hashing thread. */
 async function hashExisting(path: string, hash: BackgroundHash, signal: AbortSignal): Promise<void> {
-  for await (const chunk of createReadStream(path, { signal, highWaterMark: 1 << 20 })) await hash.update([chunk as Buffer]);
+  const file = await open(path, "r");
+  try {
+    for (;;) {
+      signal.throwIfAborted();
+      const chunk = new Uint8Array(1 << 20);
+      const { bytesRead } = await file.read(chunk, 0, chunk.byteLength, null);
+      if (bytesRead === 0) return;
+      await hash.update([chunk.subarray(0, bytesRead)]);
+    }
+  } finally {
+    await file.close();
+  }
 }
 
 async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: BackgroundHash, written: number, download: BlobDownload) {
