@@ -53,8 +53,11 @@ function unixFetch(socketPath: string): typeof fetch {
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const child = spawnChild(command, args, { env: options.env, stdio: ["ignore", "pipe", "pipe"] });
   // "close" (not "exit"): by then stdout and stderr are drained, so the caller sees all output.
-  const exited = once(child, "close").then(([code, signal]) => ({ code, signal }) as ChildExit);
+  // A plain listener, not once(): that would also reject on a failed spawn, unhandled.
+  const exited = new Promise<ChildExit>((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
   await once(child, "spawn"); // rejects with the "error" event (ENOENT, EACCES...)
+  // From here "error" only means a signal could not be sent; kill() reports that by returning false.
+  child.on("error", () => {});
   return {
     pid: child.pid as number,
     stdout: Readable.toWeb(child.stdout) as unknown as ReadableStream<Uint8Array>,

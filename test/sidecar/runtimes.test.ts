@@ -9,6 +9,7 @@ import { eventually, isGone, sidecarWorld, type SidecarWorld } from "./harness.t
 
 const BIN = join(import.meta.dirname, "../../node_modules/.bin");
 const SCRIPT = join(import.meta.dirname, "fixtures/supervise.ts");
+const SPAWN_FAIL = join(import.meta.dirname, "fixtures/spawn-fail.ts");
 const DENO_PERMISSIONS = ["--allow-read", "--allow-write", "--allow-run", "--allow-env", "--allow-net"];
 const COMMANDS: Record<string, string[]> = {
   bun: [join(BIN, "bun"), SCRIPT],
@@ -24,6 +25,17 @@ beforeAll(async () => {
   world = await sidecarWorld();
 });
 afterAll(async () => world.remove());
+
+/** Runs `script` under `runtime` to its end: its exit code and output. */
+function runToEnd(runtime: string, script: string, env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const [command, ...args] = COMMANDS[runtime]!;
+  const child = spawn(command!, [...args.slice(0, -1), script], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk) => (stdout += chunk));
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  return new Promise((resolve) => child.once("close", (code) => resolve({ code, stdout, stderr })));
+}
 
 function run(runtime: string, mode: "roundtrip" | "hold", name: string): { script: Script; events: AsyncIterator<string>; stderr: () => string } {
   const [command, ...args] = COMMANDS[runtime]!;
@@ -59,5 +71,14 @@ describe.each(Object.keys(COMMANDS))("supervisor under %s", (runtime) => {
     expect(isGone(pid)).toBe(false);
     script.kill("SIGKILL");
     expect(await eventually(() => isGone(pid))).toBe(true);
+  });
+
+  it("B1: a program that cannot be started rejects spawn, and nothing else rejects unhandled", async () => {
+    const { code, stdout, stderr } = await runToEnd(runtime, SPAWN_FAIL, { NOT_EXECUTABLE: world.modelPath });
+    expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+    const { errors } = JSON.parse(stdout) as { errors: string[] };
+    expect(errors).toHaveLength(2);
+    expect(errors[0]).toMatch(/ENOENT|No such file/);
+    expect(errors[1]).toMatch(/EACCES|Permission denied/);
   });
 });
