@@ -26,11 +26,17 @@ export class RunnerOutput {
     this.size = statSync(path).size;
   }
 
+  /** Never throws: a log that cannot be written (a full disk...) must not stop the pipes draining. */
   write(text: string): void {
     this.recent = (this.recent + text).slice(-this.limits.tailChars);
     if (this.fd === undefined) return;
-    if (this.size >= this.limits.maxBytes) this.roll();
-    this.size += writeSync(this.fd, text);
+    try {
+      if (this.size >= this.limits.maxBytes) this.roll();
+      this.size += writeSync(this.fd, text);
+    } catch {
+      // Stop writing the file; the tail in memory still explains a failure.
+      this.close();
+    }
   }
 
   tail(): string {
@@ -38,8 +44,14 @@ export class RunnerOutput {
   }
 
   close(): void {
-    if (this.fd !== undefined) closeSync(this.fd);
+    const fd = this.fd;
     this.fd = undefined;
+    if (fd === undefined) return;
+    try {
+      closeSync(fd);
+    } catch {
+      // Nothing more will be written to it either way.
+    }
   }
 
   private roll(): void {

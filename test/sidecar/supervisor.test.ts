@@ -1,4 +1,4 @@
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { launchEnv } from "../../sidecar/binary.ts";
@@ -116,6 +116,17 @@ describe("supervisor", () => {
     expect(isGone(sidecar.pid)).toBe(true);
     expect(existsSync(sidecar.socketPath)).toBe(false);
     expect(existsSync(join(world.runDir, "stopme.pid"))).toBe(false);
+  });
+
+  it("B10: a runner whose log file cannot be written (full disk) still starts, answers and stops", async () => {
+    mkdirSync(world.logDir, { recursive: true });
+    symlinkSync("/dev/full", join(world.logDir, "fulldisk.log")); // every write fails with ENOSPC
+    const sidecar = await start({ name: "fulldisk" });
+    const response = await post(sidecar, "/v1/completions", { prompt: "once upon", max_tokens: 4 });
+    expect(response.status).toBe(200);
+    expect(sidecar.logTail()).toMatch(/llama_server|srv/);
+    await sidecar.stop();
+    expect(sidecar.state).toBe("stopped");
   });
 
   it("starts despite a stale socket file left by a killed llama-server", async () => {
