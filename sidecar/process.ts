@@ -94,7 +94,9 @@ export class SidecarProcess implements Sidecar {
     const { child, output } = this.#parts;
     const drained = Promise.all([pump(child.stdout, output), pump(child.stderr, output)]);
     const exit = await child.exited;
-    await Promise.race([drained, new Promise((resolve) => setTimeout(resolve, DRAIN_MS))]);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([drained, new Promise((resolve) => (timer = setTimeout(resolve, DRAIN_MS)))]);
+    clearTimeout(timer);
     output.write(`--- exited: ${exit.signal ?? `code ${exit.code}`}\n`);
     output.close();
     removeSocket(this.socketPath);

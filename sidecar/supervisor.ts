@@ -86,7 +86,6 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
     output.write(`--- ${new Date().toISOString()} llama-server ${binary.version}: ${args.join(" ")}\n`);
     const child = await spawn(args, output);
     const pidFile = pidFilePath(runDir, spec.name);
-    writePidFile(pidFile, { pid: child.pid, socket: socketPath });
     const sidecar = new SidecarProcess({
       name: spec.name,
       child,
@@ -96,8 +95,19 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
       fetch: runtime.unixFetch(socketPath),
       stopGraceMs: deps.stopGraceMs ?? 5_000,
     });
+    await recordPid(sidecar, pidFile);
     await sidecar.untilReady(deps.readyTimeoutMs ?? 300_000, signal);
     return sidecar;
+  }
+
+  /** Writes the runner's pid file; if that fails, stops the runner rather than leave it unrecorded. */
+  async function recordPid(sidecar: SidecarProcess, pidFile: string): Promise<void> {
+    try {
+      writePidFile(pidFile, { pid: sidecar.pid, socket: sidecar.socketPath });
+    } catch (error) {
+      await sidecar.stop();
+      throw new SidecarError("spawn_failed", `cannot write ${pidFile}: ${(error as Error).message}`, sidecar.logTail());
+    }
   }
 
   return { start, cleanupLeftovers: () => cleanupLeftovers(runDir) };

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { launchEnv } from "../../sidecar/binary.ts";
@@ -35,6 +35,21 @@ async function startError(spec: Partial<RunnerSpec> & { name: string }, signal?:
 
 const post = (sidecar: Sidecar, path: string, body: object) =>
   sidecar.fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+
+/** The pids of the processes whose command line has `--host <socketPath>`. */
+function runnersOn(socketPath: string): number[] {
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+        return args[args.indexOf("--host") + 1] === socketPath && !isGone(Number(pid));
+      } catch {
+        return false; // it ended while we looked
+      }
+    })
+    .map(Number);
+}
 
 describe("a completion runner on the tiny model", () => {
   let sidecar: Sidecar;
@@ -127,6 +142,14 @@ describe("supervisor", () => {
     expect(sidecar.logTail()).toMatch(/llama_server|srv/);
     await sidecar.stop();
     expect(sidecar.state).toBe("stopped");
+  });
+
+  it("B14: a pid file that cannot be written fails the start and leaves no llama-server behind", async () => {
+    symlinkSync("/dev/full", join(world.runDir, "nopid.pid")); // writing the pid file fails with ENOSPC
+    const error = await startError({ name: "nopid" });
+    expect(error.code).toBe("spawn_failed");
+    expect(error.message).toMatch(/nopid\.pid/);
+    expect(runnersOn(join(world.runDir, "nopid.sock"))).toEqual([]);
   });
 
   it("starts despite a stale socket file left by a killed llama-server", async () => {
