@@ -16,6 +16,18 @@ export const modelInUse = (model: string) =>
 export const runnerFailed = (model: string, cause: unknown) =>
   new HttpError(502, "upstream_error", "runner_failed", `the runner of model ${model} failed: ${describe(cause)}`);
 
+/** The request's runner went away (reloaded, unloaded) more than once while it waited. */
+export const runnerGone = (model: string) =>
+  new HttpError(503, "unavailable_error", "runner_gone", `the runner of model ${model} stopped while the request waited; retry shortly`, {
+    "retry-after": "1",
+  });
+
+export const shuttingDown = () =>
+  new HttpError(503, "unavailable_error", "shutting_down", "the server is shutting down");
+
+export const badSettingsFile = (file: string, reason: string) =>
+  new HttpError(500, "server_error", "invalid_settings_file", `model settings file ${file} cannot be used (fix or remove it): ${reason}`);
+
 /** A runner went away while a request waited for it: the scheduler retries on a fresh runner. */
 export class RunnerGone extends Error {}
 

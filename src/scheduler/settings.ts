@@ -1,6 +1,7 @@
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
 import * as z from "zod";
+import { badSettingsFile, describe } from "./errors.ts";
 import { refuseFlags } from "./flags.ts";
 import { KEEP_ALIVE_PATTERN } from "./policy.ts";
 
@@ -34,7 +35,12 @@ export interface SettingsStore {
 export function createSettingsStore(file: string): SettingsStore {
   let cache: Promise<Record<string, ModelSettings>> | undefined;
   let writing: Promise<unknown> = Promise.resolve();
-  const all = () => (cache ??= readSettings(file));
+  // A failed read is not kept: once the file is fixed, the next request reads it again.
+  const all = () =>
+    (cache ??= readSettings(file).catch((error: unknown) => {
+      cache = undefined;
+      throw error;
+    }));
   return {
     async get(modelId) {
       return (await all())[modelId] ?? {};
@@ -57,10 +63,16 @@ async function readSettings(file: string): Promise<Record<string, ModelSettings>
     text = await readFile(file, "utf8");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return {};
-    throw error;
+    throw badSettingsFile(file, describe(error));
   }
-  const parsed = SettingsFile.safeParse(JSON.parse(text));
-  if (!parsed.success) throw new Error(`${file}: invalid model settings: ${z.prettifyError(parsed.error)}`);
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw badSettingsFile(file, describe(error));
+  }
+  const parsed = SettingsFile.safeParse(json);
+  if (!parsed.success) throw badSettingsFile(file, z.prettifyError(parsed.error));
   return parsed.data;
 }
 
