@@ -47,6 +47,9 @@ export type RunnerOptions = {
   keepAliveMs: number;
 };
 
+/** How long a runner may take to answer a scrape before it is left out. */
+const SCRAPE_TIMEOUT_MS = 5_000;
+
 type Waiter = { grant(lease: Lease): void; fail(error: unknown): void };
 
 export class Runner {
@@ -105,7 +108,9 @@ export class Runner {
   /** A GET on the runner outside any slot (its `/metrics`); undefined unless ready. */
   async scrape(path: string): Promise<string | undefined> {
     if (this.state !== "ready" || !this.process) return undefined;
-    const response = await this.process.fetch(`http://runner${path}`);
+    // The runner's fetch has no timeouts (a generation may take long): a wedged runner must not
+    // hang the caller, so this one request has its own limit.
+    const response = await this.process.fetch(`http://runner${path}`, { signal: AbortSignal.timeout(SCRAPE_TIMEOUT_MS) });
     return response.ok ? await response.text() : undefined;
   }
 

@@ -1,4 +1,4 @@
-import { modelInUse, RunnerGone } from "./errors.ts";
+import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { keepAliveMs, pickEviction, runnerKey } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
@@ -64,12 +64,14 @@ export interface Scheduler {
 export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
   const leaving = new Set<Runner>();
+  const capacityWaiters = new Set<() => void>();
   let serial = 0;
-  let capacityWaiters: (() => void)[] = [];
+  /** Set by stopAll: no runner starts after it, so none outlives the process. */
+  let closed = false;
 
   const notifyCapacity = () => {
-    const waiters = capacityWaiters;
-    capacityWaiters = [];
+    const waiters = [...capacityWaiters];
+    capacityWaiters.clear();
     for (const wake of waiters) wake();
   };
 
@@ -93,20 +95,26 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   }
 
   function waitForCapacity(signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const onAbort = () => reject(signal!.reason);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      capacityWaiters.push(() => (signal?.removeEventListener("abort", onAbort), resolve()));
-    });
+    let wake!: () => void;
+    const woken = new Promise<void>((resolve) => (wake = resolve));
+    capacityWaiters.add(wake);
+    return unlessAborted(woken, signal, () => capacityWaiters.delete(wake));
   }
 
-  async function runnerFor(model: ModelRef, mode: Mode, signal?: AbortSignal): Promise<Runner> {
+  /**
+   * Finds (or launches) the model's runner and hands it to `use` in the same synchronous step, so
+   * that what `use` does (take a lease, join the queue) makes the runner busy before anything else
+   * can evict it.
+   */
+  async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
-    const settings = await deps.settings.get(model.id);
     for (;;) {
+      // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
+      const settings = await deps.settings.get(model.id);
       signal?.throwIfAborted();
+      if (closed) throw shuttingDown();
       const existing = active.get(key);
-      if (existing) return existing;
+      if (existing) return use(existing);
       const views = [...active.values(), ...leaving].map((r) => ({
         key: r.options.key,
         busy: r.busy,
@@ -114,8 +122,9 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         lastUsed: r.lastUsed,
       }));
       const plan = pickEviction(views, deps.limits.maxRunners);
-      if (plan.kind === "room") return launch(model, mode, settings);
-      if (plan.kind === "evict") await unloadRunner(active.get(plan.key)!);
+      if (plan.kind === "room") return use(launch(model, mode, settings));
+      // The unload goes on if the client leaves; only the wait for it ends.
+      if (plan.kind === "evict") await unlessAborted(unloadRunner(active.get(plan.key)!), signal);
       else await waitForCapacity(signal);
     }
   }
@@ -155,18 +164,19 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   return {
     async acquire(model, mode, signal) {
-      // A runner that dies while this request waits in its queue: one more try on a fresh one.
+      // A runner that goes away while this request waits in its queue (crash, reload, unload): one
+      // more try on a fresh one, then a 503 the client may retry.
       for (let attempt = 0; ; attempt++) {
-        const runner = await runnerFor(model, mode, signal);
         try {
-          return await runner.acquire(signal);
+          return await withRunner(model, mode, signal, (runner) => runner.acquire(signal));
         } catch (error) {
-          if (!(error instanceof RunnerGone) || attempt >= 1) throw error;
+          if (!(error instanceof RunnerGone)) throw error;
+          if (attempt >= 1) throw runnerGone(modelName(model));
         }
       }
     },
     preload(model, mode) {
-      void runnerFor(model, mode).catch(() => {});
+      void withRunner(model, mode, undefined, () => {}).catch(() => {});
     },
     runners: () => [...active.values(), ...leaving].map(info),
     async unload(match) {
@@ -196,6 +206,9 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       });
     },
     async stopAll() {
+      closed = true;
+      // Those waiting for room wake, find the scheduler closed, and fail.
+      notifyCapacity();
       await Promise.all([...active.values(), ...leaving].map(unloadRunner));
     },
   };
@@ -219,3 +232,14 @@ export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings,
 
 /** HTTP threads beyond one per slot: metrics scrapes, and connections still closing. */
 const HTTP_THREADS_SPARE = 8;
+
+/** Settles as `work` does, or rejects as soon as `signal` aborts (then `onAbort` runs; `work` goes on). */
+function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined, onAbort?: () => void): Promise<T> {
+  if (!signal) return work;
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => (onAbort?.(), reject(signal.reason));
+    if (signal.aborted) return abort();
+    signal.addEventListener("abort", abort, { once: true });
+    void work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+  });
+}

@@ -5,7 +5,8 @@ import type { RunnerProcess, RunnerSpec, StartRunner } from "../../src/scheduler
 
 export type FakeProcess = RunnerProcess & { spec: RunnerSpec; crash(message: string): void; stopped: boolean };
 
-export function fakeStarter() {
+/** `fetchFor` gives a runner its own fetch (default: every request answers "ok"). */
+export function fakeStarter(fetchFor?: (spec: RunnerSpec) => typeof fetch) {
   const started: FakeProcess[] = [];
   const pending: { spec: RunnerSpec; ready(): void; fail(error: Error): void }[] = [];
   const start: StartRunner = (spec, signal) =>
@@ -15,7 +16,7 @@ export function fakeStarter() {
       const process: FakeProcess = {
         spec,
         stopped: false,
-        fetch: (async () => new Response("ok")) as unknown as typeof fetch,
+        fetch: fetchFor?.(spec) ?? ((async () => new Response("ok")) as unknown as typeof fetch),
         exited,
         // Like the real sidecar: `exited` does not settle after a stop we asked for.
         async stop() {

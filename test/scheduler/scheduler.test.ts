@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { HttpError } from "../../src/http/errors.ts";
 import { createScheduler, type SchedulerLimits } from "../../src/scheduler/scheduler.ts";
 import type { ModelSettings, SettingsStore } from "../../src/scheduler/settings.ts";
-import type { ModelRef } from "../../src/scheduler/types.ts";
+import type { ModelRef, RunnerSpec } from "../../src/scheduler/types.ts";
 import { fakeStarter, tick } from "./fake-runner.ts";
 
 const model = (name: string): ModelRef => ({ id: `sha256:${name}`, tags: [`ai/${name}:latest`], ggufPath: `${name}.gguf` });
@@ -23,8 +23,8 @@ const flush = async () => {
   await tick();
 };
 
-function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings()) {
-  const fake = fakeStarter();
+function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings(), fetchFor?: (spec: RunnerSpec) => typeof fetch) {
+  const fake = fakeStarter(fetchFor);
   const scheduler = createScheduler({
     start: fake.start,
     settings,
@@ -209,5 +209,101 @@ describe("scheduler", () => {
     await flush();
     expect(started[0]!.stopped).toBe(true);
     (await fresh).release();
+  });
+
+  it("B2: an idle runner is leased in the step that finds it, so a request for another model cannot evict it first", async () => {
+    const { scheduler, started, pending, finishLoads, leaseLoaded } = setup({ maxRunners: 1 });
+    (await leaseLoaded(A)).release();
+    const a = scheduler.acquire(A, "completion");
+    const b = scheduler.acquire(B, "completion");
+    await flush();
+    // B waits for A to go idle; A is not unloaded and reloaded under it.
+    expect(pending).toHaveLength(0);
+    expect(started[0]!.stopped).toBe(false);
+    (await a).release();
+    await flush();
+    expect(pending.map((p) => p.spec.name)).toEqual(["b-completion-2"]);
+    await finishLoads();
+    (await b).release();
+  });
+
+  it("B2: a request whose loading runner is reloaded away twice gets a 503, not a 500", async () => {
+    const { scheduler, pending } = setup();
+    const request = scheduler.acquire(A, "completion");
+    const outcome = request.catch((e: unknown) => e);
+    await flush();
+    scheduler.reload(A);
+    await flush();
+    expect(pending).toHaveLength(2); // the retry, on a fresh runner
+    scheduler.reload(A);
+    const error = await outcome;
+    expect(error).toBeInstanceOf(HttpError);
+    expect(error).toMatchObject({ status: 503, type: "unavailable_error" });
+  });
+
+  it("B3: a request that waited for room loads its runner with the settings of that moment", async () => {
+    const settings = memorySettings();
+    const { scheduler, pending, finishLoads, leaseLoaded } = setup({ maxRunners: 1 }, settings);
+    const leaseA = await leaseLoaded(A);
+    const b = scheduler.acquire(B, "completion");
+    await flush();
+    await settings.update(B.id, { contextSize: 1024 });
+    scheduler.reload(B);
+    leaseA.release();
+    await flush();
+    expect(pending.map((p) => p.spec.contextSize)).toEqual([1024]);
+    await finishLoads();
+    (await b).release();
+  });
+
+  it("B8: after stopAll no runner starts: a request waiting for room and later ones get 503", async () => {
+    const { scheduler, pending, leaseLoaded } = setup({ maxRunners: 1 });
+    const leaseA = await leaseLoaded(A);
+    const waiting = scheduler.acquire(B, "completion").catch((e: unknown) => e);
+    await flush();
+    await scheduler.stopAll();
+    await flush();
+    expect(pending).toHaveLength(0);
+    expect(await waiting).toMatchObject({ status: 503, code: "shutting_down" });
+    await expect(scheduler.acquire(C, "completion")).rejects.toMatchObject({ status: 503, code: "shutting_down" });
+    scheduler.preload(C, "completion");
+    await flush();
+    expect(pending).toHaveLength(0);
+    leaseA.release();
+  });
+
+  it("B13: a request aborted while an idle runner unloads to make room for it gives up at once", async () => {
+    const { scheduler, started, pending, leaseLoaded } = setup({ maxRunners: 1 });
+    (await leaseLoaded(A)).release();
+    let stopA!: () => void;
+    started[0]!.stop = () => new Promise((resolve) => (stopA = resolve));
+    const abort = new AbortController();
+    const outcome = scheduler.acquire(B, "completion", abort.signal).then(
+      () => "leased",
+      (e: Error) => e.message,
+    );
+    await flush();
+    abort.abort(new Error("client gone"));
+    await flush();
+    expect(await Promise.race([outcome, Promise.resolve("still waiting")])).toBe("client gone");
+    stopA();
+    await flush();
+    expect(pending).toHaveLength(0);
+  });
+});
+
+describe("scheduler scrape", () => {
+  it("B9: leaves out a runner whose /metrics never answers, after a time limit", async () => {
+    // Like a wedged llama-server: the request hangs until its signal aborts it.
+    const wedged = ((_: unknown, init?: RequestInit) =>
+      new Promise((_resolve, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)))) as typeof fetch;
+    const { scheduler, finishLoads } = setup({}, memorySettings(), (spec) =>
+      spec.modelPath === "b.gguf" ? wedged : ((async () => new Response("metrics of a")) as unknown as typeof fetch),
+    );
+    const leases = [scheduler.acquire(A, "completion"), scheduler.acquire(B, "completion")];
+    await tick();
+    await finishLoads();
+    (await Promise.all(leases)).forEach((l) => l.release());
+    expect(await scheduler.scrape("/metrics")).toEqual([{ model: "ai/a:latest", mode: "completion", text: "metrics of a" }]);
   });
 });
