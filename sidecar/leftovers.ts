@@ -1,4 +1,4 @@
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { kill, pid as ourPid } from "node:process";
 import * as z from "zod";
@@ -7,7 +7,9 @@ import { clearStaleSocket, removeSocket } from "../src/runtime/socket-file.ts";
 // Each runner leaves `<name>.pid` in the run folder while it runs. If our process dies without
 // stopping it (a crash, SIGKILL, or a system without parent-death signals), the next start finds
 // the file and ends the process, but only after checking that the pid is still that llama-server
-// (its command line names the socket), since a pid can be reused by an unrelated process.
+// (its command line names the socket), since a pid can be reused by an unrelated process. That
+// check reads /proc, so it works on Linux only; elsewhere a record whose pid still runs is left as
+// it is (neither killed nor its socket removed), since we cannot tell what that pid now is.
 
 const pidFileSchema = z.object({ pid: z.int().positive(), owner: z.int().positive(), socket: z.string() });
 export type PidFile = z.infer<typeof pidFileSchema>;
@@ -39,6 +41,11 @@ function commandLine(pid: number): string[] {
   }
 }
 
+/** Whether this system shows command lines in /proc, which telling our runners apart needs. */
+function canReadCommandLines(): boolean {
+  return existsSync(`/proc/${ourPid}/cmdline`);
+}
+
 function isOurRunner(record: PidFile): boolean {
   const args = commandLine(record.pid);
   const host = args.indexOf("--host");
@@ -58,14 +65,24 @@ function readPidFile(path: string): PidFile | undefined {
   }
 }
 
-async function cleanupPidFile(path: string): Promise<void> {
-  const record = readPidFile(path);
-  if (record && isAlive(record.owner)) return; // its owner (maybe us) still runs: not a leftover
-  if (record && isOurRunner(record)) {
+/** Ends the runner a record names and removes its socket; false if the record is not a leftover. */
+async function endLeftover(record: PidFile): Promise<boolean> {
+  // Its owner still runs: not a leftover. Our own pid counts as gone: this runs before any start
+  // of ours, so the record is from an earlier run that had our pid (common in a container).
+  if (record.owner !== ourPid && isAlive(record.owner)) return false;
+  // Without /proc, a live pid cannot be told from an unrelated process that reused it.
+  if (isAlive(record.pid) && !canReadCommandLines()) return false;
+  if (isOurRunner(record)) {
     kill(record.pid, "SIGKILL");
     await waitForDeath(record.pid);
   }
-  if (record) removeSocket(record.socket);
+  removeSocket(record.socket);
+  return true;
+}
+
+async function cleanupPidFile(path: string): Promise<void> {
+  const record = readPidFile(path);
+  if (record && !(await endLeftover(record))) return;
   rmSync(path, { force: true });
 }
 

@@ -36,7 +36,9 @@ const MAX_SOCKET_PATH = 107;
 
 /**
  * On Linux, llama-server is started through `setpriv --pdeathsig KILL`, so the kernel kills it when
- * our process dies, however it dies. Elsewhere, cleanupLeftovers() on the next start is the net.
+ * our process dies, however it dies; cleanupLeftovers() on the next start is the net when setpriv is
+ * missing. Elsewhere nothing ends an orphaned runner: cleanupLeftovers() needs /proc (Linux only)
+ * to tell it from an unrelated process, so there it leaves a live one alone.
  */
 function parentDeathPrefix(): string[] {
   if (platform() !== "linux") return [];

@@ -254,4 +254,30 @@ describe("supervisor", () => {
     bystander.kill("SIGKILL");
     await bystander.exited;
   });
+
+  it("B11: ends a left llama-server whose record names our own pid as owner (a container's reused pid)", async () => {
+    const { runtime, binary } = world;
+    const runDir = join(world.dir, "run-b11");
+    mkdirSync(runDir);
+    const socket = join(runDir, "mine.sock");
+    const args = ["-m", world.modelPath, "--host", socket, "--port", "0"];
+    const left = await runtime.spawn(binary.path, args, { env: launchEnv(binary.path, process.env) });
+    // Another live process as owner still means the record is someone else's, in use.
+    const otherOwner = await runtime.spawn("sleep", ["30"], { env: {} });
+    try {
+      writeFileSync(join(runDir, "mine.pid"), JSON.stringify({ pid: left.pid, owner: process.pid, socket }));
+      const theirs = { pid: otherOwner.pid, owner: otherOwner.pid, socket: join(runDir, "theirs.sock") };
+      writeFileSync(join(runDir, "theirs.pid"), JSON.stringify(theirs));
+      await createSupervisor({ ...world, runDir }).cleanupLeftovers();
+      expect(isGone(left.pid)).toBe(true);
+      expect(await left.exited).toEqual({ code: null, signal: "SIGKILL" });
+      expect(existsSync(join(runDir, "mine.pid"))).toBe(false);
+      expect(existsSync(join(runDir, "theirs.pid"))).toBe(true);
+      expect(isGone(otherOwner.pid)).toBe(false);
+    } finally {
+      left.kill("SIGKILL");
+      otherOwner.kill("SIGKILL");
+      await Promise.all([left.exited, otherOwner.exited]);
+    }
+  });
 });
