@@ -12,9 +12,9 @@ const SCRIPT = join(import.meta.dirname, "fixtures/supervise.ts");
 const SPAWN_FAIL = join(import.meta.dirname, "fixtures/spawn-fail.ts");
 const DENO_PERMISSIONS = ["--allow-read", "--allow-write", "--allow-run", "--allow-env", "--allow-net"];
 const COMMANDS: Record<string, string[]> = {
-  bun: [join(BIN, "bun"), SCRIPT],
-  deno: [join(BIN, "deno"), "run", ...DENO_PERMISSIONS, SCRIPT],
-  node: [join(BIN, "node"), SCRIPT],
+  bun: [join(BIN, "bun")],
+  deno: [join(BIN, "deno"), "run", ...DENO_PERMISSIONS],
+  node: [join(BIN, "node")],
 };
 
 type Script = ChildProcessByStdio<null, Readable, Readable>;
@@ -26,10 +26,10 @@ beforeAll(async () => {
 });
 afterAll(async () => world.remove());
 
-/** Runs `script` under `runtime` to its end: its exit code and output. */
+/** Runs the file `script` under `runtime` to its end: its exit code and output. */
 function runToEnd(runtime: string, script: string, env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const [command, ...args] = COMMANDS[runtime]!;
-  const child = spawn(command!, [...args.slice(0, -1), script], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(command!, [...args, script], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (chunk) => (stdout += chunk));
@@ -40,7 +40,7 @@ function runToEnd(runtime: string, script: string, env: Record<string, string>):
 function run(runtime: string, mode: "roundtrip" | "hold", name: string): { script: Script; events: AsyncIterator<string>; stderr: () => string } {
   const [command, ...args] = COMMANDS[runtime]!;
   const env = { ...process.env, MODEL_PATH: world.modelPath, RUN_DIR: join(world.runDir, name), LOG_DIR: world.logDir };
-  const script = spawn(command!, [...args, mode], { env, stdio: ["ignore", "pipe", "pipe"] });
+  const script = spawn(command!, [...args, SCRIPT, mode], { env, stdio: ["ignore", "pipe", "pipe"] });
   let err = "";
   script.stderr.on("data", (chunk) => (err += chunk));
   const events = createInterface({ input: script.stdout })[Symbol.asyncIterator]();
