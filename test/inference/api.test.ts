@@ -81,13 +81,13 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
   });
 
   it("chats, streams, completes and embeds", async () => {
-    const chat = await ask(unix(), "POST", `${P}/engines/llama.cpp/v1/chat/completions`, { model: "ai/tiny", messages, max_tokens: 4 });
+    const chat = await ask(unix(), "POST", `${P}/engines/llama.cpp/v1/chat/completions`, { model: "ai/tiny", messages, max_tokens: 4, ignore_eos: true });
     expect(chat.status).toBe(200);
     expect(chat.json().choices[0].message.role).toBe("assistant");
-    const stream = await ask(unix(), "POST", `${P}/engines/v1/chat/completions`, { model: "ai/tiny", messages, max_tokens: 4, stream: true });
+    const stream = await ask(unix(), "POST", `${P}/engines/v1/chat/completions`, { model: "ai/tiny", messages, max_tokens: 4, ignore_eos: true, stream: true });
     expect(stream.headers["content-type"]).toMatch(/^text\/event-stream/);
     expect(stream.body.trimEnd().endsWith("data: [DONE]")).toBe(true);
-    const completion = await ask(unix(), "POST", `${P}/v1/completions`, { model: "ai/tiny", prompt: "a", max_tokens: 2 });
+    const completion = await ask(unix(), "POST", `${P}/v1/completions`, { model: "ai/tiny", prompt: "a", max_tokens: 2, ignore_eos: true });
     expect(completion.json().object).toBe("text_completion");
     const embedding = await ask(unix(), "POST", `${P}/v1/embeddings`, { model: "ai/tiny", input: "a" });
     expect(embedding.json().data[0].embedding).toHaveLength(64);

@@ -127,3 +127,9 @@ export async function until(check: () => boolean | Promise<boolean>, what: strin
   }
   throw new Error(`timed out waiting for ${what}`);
 }
+
+/**
+ * llama-server's `ignore_eos`: the tiny random-weight model may sample end-of-sequence at any step
+ * (about 1 in 259), which would leave a test's expected length or finish_reason to chance.
+ */
+export const NO_EARLY_STOP = { ignore_eos: true } as const;

@@ -1,6 +1,6 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "./harness.ts";
+import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 
 // The official OpenAI client against our base URLs, the server running under Bun, a store pulled
 // from a real registry, real llama-server runners.
@@ -28,6 +28,7 @@ describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at
       model: "ai/tiny",
       messages: [{ role: "user", content: "hello" }],
       max_tokens: 8,
+      ...NO_EARLY_STOP,
     });
     expect(completion.object).toBe("chat.completion");
     expect(completion.choices[0]!.message.role).toBe("assistant");
@@ -39,6 +40,7 @@ describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at
       model: "ai/tiny",
       messages: [{ role: "system", content: "be brief" }, { role: "user", content: "hello" }],
       max_tokens: 8,
+      ...NO_EARLY_STOP,
       stream: true,
     });
     const chunks = [];
@@ -49,7 +51,7 @@ describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at
   });
 
   it("completes", async () => {
-    const completion = await client(base).completions.create({ model: "ai/tiny", prompt: "Once upon", max_tokens: 4 });
+    const completion = await client(base).completions.create({ model: "ai/tiny", prompt: "Once upon", max_tokens: 4, ...NO_EARLY_STOP });
     expect(completion.choices[0]!.text.length).toBeGreaterThan(0);
   });
 

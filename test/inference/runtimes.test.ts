@@ -1,6 +1,6 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, until, type Stack } from "./harness.ts";
+import { NO_EARLY_STOP, startStack, until, type Stack } from "./harness.ts";
 import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerSocket } from "./runners.ts";
 
@@ -18,9 +18,9 @@ describe.each(["node", "deno"] as const)("under %s", (runtime) => {
 
   it("chats and streams with the openai client", async () => {
     const client = new OpenAI({ baseURL: `${stack.url}/engines/v1`, apiKey: "unused", maxRetries: 0 });
-    const completion = await client.chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
+    const completion = await client.chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 4, ...NO_EARLY_STOP });
     expect(completion.choices[0]!.message.role).toBe("assistant");
-    const stream = await client.chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 8, stream: true });
+    const stream = await client.chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 8, ...NO_EARLY_STOP, stream: true });
     let chunks = 0;
     for await (const _ of stream) chunks++;
     expect(chunks).toBeGreaterThan(1);

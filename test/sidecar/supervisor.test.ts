@@ -66,7 +66,7 @@ describe("a completion runner on the tiny model", () => {
   });
 
   it("answers a chat completion", async () => {
-    const response = await post(sidecar, "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 8 });
+    const response = await post(sidecar, "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 8, ignore_eos: true });
     expect(response.status).toBe(200);
     const body = (await response.json()) as { choices: { message: { role: string; content: string } }[]; usage: { completion_tokens: number } };
     expect(body.choices[0]?.message.role).toBe("assistant");
@@ -76,7 +76,7 @@ describe("a completion runner on the tiny model", () => {
   });
 
   it("streams a chat completion as SSE ending with [DONE]", async () => {
-    const response = await post(sidecar, "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 8, stream: true });
+    const response = await post(sidecar, "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 8, ignore_eos: true, stream: true });
     expect(response.headers.get("content-type")).toMatch(/text\/event-stream/);
     const events = (await response.text()).split("\n").filter((line) => line.startsWith("data: "));
     expect(events.length).toBeGreaterThan(2);
@@ -85,7 +85,7 @@ describe("a completion runner on the tiny model", () => {
   });
 
   it("answers a text completion", async () => {
-    const response = await post(sidecar, "/v1/completions", { prompt: "once upon", max_tokens: 4 });
+    const response = await post(sidecar, "/v1/completions", { prompt: "once upon", max_tokens: 4, ignore_eos: true });
     const body = (await response.json()) as { choices: { text: string }[]; model: string };
     expect(typeof body.choices[0]?.text).toBe("string");
     expect(body.model).toBe("chat");
@@ -137,7 +137,7 @@ describe("supervisor", () => {
     mkdirSync(world.logDir, { recursive: true });
     symlinkSync("/dev/full", join(world.logDir, "fulldisk.log")); // every write fails with ENOSPC
     const sidecar = await start({ name: "fulldisk" });
-    const response = await post(sidecar, "/v1/completions", { prompt: "once upon", max_tokens: 4 });
+    const response = await post(sidecar, "/v1/completions", { prompt: "once upon", max_tokens: 4, ignore_eos: true });
     expect(response.status).toBe(200);
     expect(sidecar.logTail()).toMatch(/llama_server|srv/);
     await sidecar.stop();
