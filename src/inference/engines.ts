@@ -6,9 +6,8 @@ import type { ModelStore } from "../models/index.ts";
 import type { RunnerInfo, Scheduler } from "../scheduler/scheduler.ts";
 import { ModelSettings, type SettingsStore } from "../scheduler/settings.ts";
 import { KEEP_ALIVE_PATTERN } from "../scheduler/policy.ts";
-import { parseJson, readBody } from "./body.ts";
+import { readJson as readJsonUpTo } from "../http/body.ts";
 import type { InferenceMetrics } from "./metrics.ts";
-import { validBody } from "./requests.ts";
 import { ENGINE } from "./routes.ts";
 
 // Engine management, in Docker Model Runner's shapes: status, running runners, unload, per-model
@@ -41,8 +40,7 @@ const ConfigureBody = z.strictObject({
 /** Management bodies are small: a tenth of a mebibyte is plenty. */
 const MANAGEMENT_BODY_LIMIT = 100 * 1024;
 
-const readJson = async <T>(request: Request, schema: z.ZodType<T>): Promise<T> =>
-  validBody(schema, parseJson(await readBody(request, MANAGEMENT_BODY_LIMIT)));
+const readJson = <T>(request: Request, schema: z.ZodType<T>): Promise<T> => readJsonUpTo(request, MANAGEMENT_BODY_LIMIT, schema);
 
 const psEntry = (r: RunnerInfo) => ({
   backend_name: ENGINE,

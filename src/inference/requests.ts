@@ -1,5 +1,5 @@
 import * as z from "zod";
-import { badRequest } from "../http/errors.ts";
+import { validBody } from "../http/body.ts";
 import type { Mode } from "../scheduler/types.ts";
 
 // The shapes we check before loading anything. Only what we need is checked; every other field
@@ -26,13 +26,6 @@ export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model
   completions: { mode: "completion", schema: Completion },
   embeddings: { mode: "embedding", schema: Embedding },
 };
-
-/** The body checked against `schema`; 400 with what is wrong otherwise. */
-export function validBody<T>(schema: z.ZodType<T>, body: unknown): T {
-  const parsed = schema.safeParse(body);
-  if (!parsed.success) throw badRequest("invalid_request", z.prettifyError(parsed.error));
-  return parsed.data;
-}
 
 /** The model a valid body asks for. */
 export const requestedModel = (endpoint: Endpoint, body: unknown): string => validBody(ENDPOINTS[endpoint].schema, body).model;

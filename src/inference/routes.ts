@@ -1,10 +1,10 @@
 import type { IRequest } from "itty-router";
 import { HttpError, notFound } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
-import { modelNotFound } from "../models/errors.ts";
+import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
-import { readBody, parseJson } from "./body.ts";
+import { readBody, parseJson } from "../http/body.ts";
 import { clientGone, forward } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
@@ -28,8 +28,7 @@ const openAiModel = (m: StoredModel) => ({ id: m.tags[0] ?? m.id, object: "model
 export function inferenceRoutes(deps: InferenceDeps): Route[] {
   const listModels = async () => Response.json({ object: "list", data: (await deps.store.list()).map(openAiModel) });
   const getModel = async (request: IRequest) => {
-    const reference = decodeURIComponent(String(request.params.reference ?? ""));
-    return Response.json(openAiModel(await resolveOr404(deps, reference)));
+    return Response.json(openAiModel(await resolveOr404(deps.store, referenceParam(request))));
   };
   const routes = BASES.flatMap((base): Route[] => [
     { method: "GET", path: `${base}/models`, handle: listModels },
@@ -54,17 +53,11 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
 
 async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request): Promise<Response> {
   const body = await readBody(request, deps.bodyLimit);
-  const model = await resolveOr404(deps, requestedModel(endpoint, parseJson(body)));
+  const model = await resolveOr404(deps.store, requestedModel(endpoint, parseJson(body)));
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch((error) => {
     throw request.signal.aborted ? clientGone() : error;
   });
   return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request });
-}
-
-async function resolveOr404(deps: InferenceDeps, reference: string): Promise<StoredModel> {
-  const model = await deps.store.resolve(reference);
-  if (!model) throw modelNotFound(reference);
-  return model;
 }
 
 /** Counts each answer by route and status, errors included. */

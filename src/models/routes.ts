@@ -1,8 +1,10 @@
 import type { IRequest } from "itty-router";
 import * as z from "zod";
+import { readJson } from "../http/body.ts";
 import { badRequest } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { conflict, modelNotFound } from "./errors.ts";
+import { referenceParam, resolveOr404 } from "./lookup.ts";
 import { planHubPull } from "./huggingface/plan.ts";
 import type { HubOptions } from "./huggingface/hub.ts";
 import type { PullEvent } from "./pull/plan.ts";
@@ -25,21 +27,10 @@ export type ModelRoutesDeps = {
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
 
-async function readJson<T>(request: Request, schema: z.ZodType<T>): Promise<T> {
-  let body: unknown;
-  try {
-    body = await request.json();
-  } catch {
-    throw badRequest("invalid_json", "the request body is not valid JSON");
-  }
-  const parsed = schema.safeParse(body);
-  if (!parsed.success) throw badRequest("invalid_request", z.prettifyError(parsed.error));
-  return parsed.data;
-}
+/** A create body names a model and maybe a token: 64 KiB is far more than it needs. */
+const CREATE_BODY_LIMIT = 64 * 1024;
 
 export const publicModel = (m: StoredModel) => ({ id: m.id, tags: m.tags, created: m.created, config: m.config });
-
-const referenceParam = (request: IRequest) => decodeURIComponent(String(request.params.reference ?? ""));
 
 /** NDJSON lines of a pull job; the job's end closes the stream, the client's departure stops listening. */
 function progressStream(job: PullJob, signal: AbortSignal): ReadableStream<Uint8Array> {
@@ -67,12 +58,6 @@ function progressStream(job: PullJob, signal: AbortSignal): ReadableStream<Uint8
   });
 }
 
-async function resolveOr404(store: ModelStore, reference: string): Promise<StoredModel> {
-  const model = await store.resolve(reference);
-  if (!model) throw modelNotFound(reference);
-  return model;
-}
-
 /** Which tags a delete removes: the named tag, or every tag when the model is named by id. */
 function tagsToRemove(store: ModelStore, model: StoredModel, reference: string): string | undefined {
   const id = idPrefix(reference);
@@ -86,7 +71,7 @@ export function modelRoutes(deps: ModelRoutesDeps): Route[] {
   const puller = createPuller(store);
 
   async function create(request: IRequest): Promise<Response> {
-    const body = await readJson(request, CreateBody);
+    const body = await readJson(request, CREATE_BODY_LIMIT, CreateBody);
     const reference = parseReference(body.from, store.referenceOptions);
     const token = body["bearer-token"];
     const job = await puller.start(reference.key, (signal) =>

@@ -1,4 +1,5 @@
-import { badRequest, HttpError } from "../http/errors.ts";
+import * as z from "zod";
+import { badRequest, HttpError } from "./errors.ts";
 
 // Request bodies are read whole (they are validated before anything loads) but never past a limit:
 // a declared length over it is refused before reading, a streamed one as soon as it crosses it.
@@ -43,3 +44,14 @@ export function parseJson(bytes: Uint8Array): unknown {
     throw badRequest("invalid_json", "the request body is not valid JSON");
   }
 }
+
+/** The body checked against `schema`; 400 with what is wrong otherwise. */
+export function validBody<T>(schema: z.ZodType<T>, body: unknown): T {
+  const parsed = schema.safeParse(body);
+  if (!parsed.success) throw badRequest("invalid_request", z.prettifyError(parsed.error));
+  return parsed.data;
+}
+
+/** A JSON body of at most `limit` bytes, checked against `schema`: 413, then 400. */
+export const readJson = async <T>(request: Request, limit: number, schema: z.ZodType<T>): Promise<T> =>
+  validBody(schema, parseJson(await readBody(request, limit)));
