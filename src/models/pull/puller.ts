@@ -86,8 +86,10 @@ export function createPuller(store: ModelStore): Puller {
         if (!controller.signal.aborted) emit({ type: "error", message: describeFailure(error), mode: "pull" });
       },
     );
-    void done.finally(() => jobs.delete(key));
-    return {
+    void done.finally(() => {
+      if (jobs.get(key) === job) jobs.delete(key);
+    });
+    const job: Job = {
       ready: Promise.race([ready, work.then(() => {})]),
       done,
       listen(listener) {
@@ -95,10 +97,14 @@ export function createPuller(store: ModelStore): Puller {
         listeners.add(listener);
         return () => {
           listeners.delete(listener);
-          if (listeners.size === 0) controller.abort(new Error("the client went away"));
+          if (listeners.size > 0) return;
+          controller.abort(new Error("the client went away"));
+          // A cancelled job ends without a last event: the next pull of this model starts afresh.
+          if (jobs.get(key) === job) jobs.delete(key);
         };
       },
     };
+    return job;
   }
 
   return {
