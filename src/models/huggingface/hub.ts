@@ -1,6 +1,7 @@
 import * as z from "zod";
 import { notInRegistry, unauthorized, upstreamFailure } from "../errors.ts";
 import { resumedAt, type BlobSource } from "../store/blobs.ts";
+import { upstream } from "../upstream.ts";
 
 // A client of the Hugging Face Hub HTTP API: the file list of a model repository (with each
 // LFS file's sha256, which becomes its blob digest) and downloads with Range. The base URL is
@@ -21,11 +22,8 @@ function headers(options: HubOptions, extra: Record<string, string> = {}): Recor
   return { ...extra, ...(options.token ? { authorization: `Bearer ${options.token}` } : {}) };
 }
 
-async function send(options: HubOptions, url: string, init: RequestInit, what: string): Promise<Response> {
-  const response = await options.fetch(url, init).catch((error: unknown) => {
-    if (init.signal?.aborted) throw error;
-    throw upstreamFailure(`cannot reach the Hugging Face Hub: ${(error as Error).message}`);
-  });
+async function send(options: HubOptions, url: string, init: RequestInit & { signal: AbortSignal }, what: string): Promise<Response> {
+  const response = await upstream(init.signal, "cannot reach the Hugging Face Hub", () => options.fetch(url, init));
   if (response.ok) return response;
   await response.body?.cancel();
   if (response.status === 401 || response.status === 403) throw unauthorized(`the Hugging Face Hub refused access to ${what} (${response.status})`);

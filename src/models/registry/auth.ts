@@ -1,4 +1,5 @@
-import { unauthorized } from "../errors.ts";
+import { unauthorized, upstreamFailure } from "../errors.ts";
+import { upstream } from "../upstream.ts";
 
 // Registry authentication (the OCI distribution token flow): a registry that wants a token answers
 // 401 with `WWW-Authenticate: Bearer realm="…",service="…",scope="…"`; the client asks the realm
@@ -40,16 +41,33 @@ export async function authorize(request: TokenRequest): Promise<string> {
     return basic(credentials);
   }
   if (challenge.scheme !== "bearer" || !challenge.params.realm) throw unauthorized(`unsupported registry authentication "${challenge.scheme}"`);
-  const realm = new URL(challenge.params.realm);
+  const realm = URL.parse(challenge.params.realm);
+  if (!realm) throw upstreamFailure(`the registry's token realm is not a URL: ${challenge.params.realm}`);
   if (challenge.params.service) realm.searchParams.set("service", challenge.params.service);
   realm.searchParams.set("scope", challenge.params.scope ?? request.scope);
   const headers: Record<string, string> = {};
   if (credentials) headers.authorization = basic(credentials);
   else if (request.bearerToken) headers.authorization = `Bearer ${request.bearerToken}`;
-  const response = await request.fetch(realm, { headers, signal: request.signal });
-  if (!response.ok) throw unauthorized(`the registry's token service refused (${response.status})`);
-  const body = (await response.json()) as { token?: unknown; access_token?: unknown };
-  const token = typeof body.token === "string" ? body.token : body.access_token;
-  if (typeof token !== "string" || !token) throw unauthorized("the registry's token service gave no token");
+  const text = await upstream(request.signal, `cannot get a token from ${realm.host}`, async () => {
+    const response = await request.fetch(realm, { headers, signal: request.signal });
+    if (!response.ok) {
+      await response.body?.cancel();
+      throw unauthorized(`the registry's token service refused (${response.status})`);
+    }
+    return response.text();
+  });
+  const token = tokenIn(text);
+  if (!token) throw unauthorized("the registry's token service gave no token");
   return `Bearer ${token}`;
+}
+
+function tokenIn(text: string): string | undefined {
+  let body: { token?: unknown; access_token?: unknown } | null;
+  try {
+    body = JSON.parse(text) as typeof body;
+  } catch {
+    return undefined;
+  }
+  const token = typeof body?.token === "string" ? body.token : body?.access_token;
+  return typeof token === "string" && token ? token : undefined;
 }

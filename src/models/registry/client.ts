@@ -4,6 +4,7 @@ import { DOCKER_HUB, type ModelReference } from "../reference.ts";
 import { resumedAt, type BlobSource } from "../store/blobs.ts";
 import { digestOf } from "../store/manifests.ts";
 import { authorize, parseChallenge, type Credentials } from "./auth.ts";
+import { upstream } from "../upstream.ts";
 
 // A client of the OCI distribution API over fetch, for pulling Docker model artifacts: the
 // manifest, the config, and the layers as streams (with Range to resume). Registry answers become
@@ -66,10 +67,9 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
 
   async function send(path: string, headers: Record<string, string>, signal: AbortSignal): Promise<Response> {
     const attempt = () =>
-      options.fetch(`${base}${path}`, { headers: { ...headers, ...(authorization ? { authorization } : {}) }, signal }).catch((error: unknown) => {
-        if (signal.aborted) throw error;
-        throw upstreamFailure(`cannot reach the registry ${reference.registry}: ${(error as Error).message}`);
-      });
+      upstream(signal, `cannot reach the registry ${reference.registry}`, () =>
+        options.fetch(`${base}${path}`, { headers: { ...headers, ...(authorization ? { authorization } : {}) }, signal }),
+      );
     const response = await attempt();
     const challenge = response.status === 401 ? parseChallenge(response.headers.get("www-authenticate") ?? "") : undefined;
     if (!challenge) return response;
@@ -79,12 +79,16 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
     return attempt();
   }
 
+  /** The whole body of an answer whose status was checked; a connection cut meanwhile is upstream's failure. */
+  const bytesOf = (response: Response, what: string, signal: AbortSignal) =>
+    upstream(signal, `the registry ${reference.registry} broke off sending ${what}`, async () => new Uint8Array(await response.arrayBuffer()));
+
   return {
     async manifest(signal) {
       const target = reference.digest ?? reference.tag;
       const response = await send(`/manifests/${target}`, { accept: MediaTypes.manifest }, signal);
       checkStatus(response, `model ${reference.key}`);
-      const bytes = new Uint8Array(await response.arrayBuffer());
+      const bytes = await bytesOf(response, `the manifest of ${reference.key}`, signal);
       const digest = digestOf(bytes);
       if (reference.digest && digest !== reference.digest) throw upstreamFailure(`the manifest does not match ${reference.digest}`);
       const mediaType = response.headers.get("content-type")?.split(";")[0];
@@ -103,7 +107,7 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
     async blob(descriptor, signal) {
       const response = await send(`/blobs/${descriptor.digest}`, {}, signal);
       checkStatus(response, `blob ${descriptor.digest}`);
-      const bytes = new Uint8Array(await response.arrayBuffer());
+      const bytes = await bytesOf(response, `blob ${descriptor.digest}`, signal);
       if (digestOf(bytes) !== descriptor.digest) throw upstreamFailure(`blob ${descriptor.digest} does not match its digest`);
       return bytes;
     },
