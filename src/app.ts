@@ -48,7 +48,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       store,
       registry: { fetch, insecureHosts: config.models.insecureRegistries, credentials: config.models.registryCredentials },
       hub: { fetch, endpoint: config.models.hfEndpoint, ...(config.models.hfToken ? { token: config.models.hfToken } : {}) },
-      beforeDelete: (model) => inference.scheduler.unloadModel(model),
+      whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
     }),
     ...inference.routes,
   ];

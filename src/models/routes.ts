@@ -21,8 +21,8 @@ export type ModelRoutesDeps = {
   store: ModelStore;
   registry: RegistryOptions;
   hub: HubOptions;
-  /** Runs before a model is deleted (the scheduler unloads its runners). */
-  beforeDelete?: (model: StoredModel) => Promise<void>;
+  /** Wraps a model's deletion: the scheduler unloads its runners and launches none until `remove` settles. */
+  whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
 };
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
@@ -93,8 +93,8 @@ export function modelRoutes(deps: ModelRoutesDeps): Route[] {
       throw conflict(`model ${model.id} has several tags (${model.tags.join(", ")}): delete a tag, or add ?force=true`);
     }
     const deletes = tag === undefined || model.tags.length === 1;
-    if (deletes) await deps.beforeDelete?.(model);
-    const { untagged, deleted } = await store.remove(model.id, tag);
+    const removal = () => store.remove(model.id, tag);
+    const { untagged, deleted } = await (deletes && deps.whileDeleting ? deps.whileDeleting(model, removal) : removal());
     if (untagged.length === 0 && !deleted) throw modelNotFound(reference);
     return Response.json([...untagged.map((t) => ({ Untagged: t })), ...(deleted ? [{ Deleted: deleted }] : [])]);
   }

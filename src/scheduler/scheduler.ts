@@ -1,3 +1,4 @@
+import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { keepAliveMs, pickEviction, runnerKey } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
@@ -52,8 +53,12 @@ export interface Scheduler {
   runners(): RunnerInfo[];
   /** Unloads the idle runners that match; returns how many. A runner in use is left alone. */
   unload(match: (info: RunnerInfo) => boolean): Promise<number>;
-  /** Before a model is deleted: unloads its runners; 409 if one is serving. */
-  unloadModel(model: ModelRef): Promise<void>;
+  /**
+   * Deletes a model: unloads its runners (409 if one is serving), then runs `remove`. Until `remove`
+   * settles no runner of the model launches (a request for it gets the 404 of a missing model), so
+   * none opens a blob that is being unlinked; a failed delete leaves the model usable.
+   */
+  whileDeleting<T>(model: ModelRef, remove: () => Promise<T>): Promise<T>;
   /** After its settings changed: new requests get a runner loaded with them. */
   reload(model: ModelRef): void;
   /** Fetches each ready runner's `/metrics`, with its model and mode. */
@@ -65,6 +70,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
   const leaving = new Set<Runner>();
   const capacityWaiters = new Set<() => void>();
+  /** Model id -> deletes in progress: no runner of these launches. */
+  const deleting = new Map<string, number>();
   let serial = 0;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
@@ -113,6 +120,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const settings = await deps.settings.get(model.id);
       signal?.throwIfAborted();
       if (closed) throw shuttingDown();
+      if (deleting.has(model.id)) throw modelNotFound(modelName(model));
       const existing = active.get(key);
       if (existing) return use(existing);
       const views = [...active.values(), ...leaving].map((r) => ({
@@ -184,10 +192,19 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       await Promise.all(idle.map(unloadRunner));
       return idle.length;
     },
-    async unloadModel(model) {
+    async whileDeleting(model, remove) {
+      // The check, the guard and taking the runners out of `active` are one synchronous step.
       const runners = ofModel(model, [...active.values(), ...leaving]);
       if (runners.some((r) => r.busy)) throw modelInUse(modelName(model));
-      await Promise.all(runners.map(unloadRunner));
+      deleting.set(model.id, (deleting.get(model.id) ?? 0) + 1);
+      try {
+        await Promise.all(runners.map(unloadRunner));
+        return await remove();
+      } finally {
+        const left = deleting.get(model.id)! - 1;
+        if (left > 0) deleting.set(model.id, left);
+        else deleting.delete(model.id);
+      }
     },
     reload(model) {
       for (const runner of ofModel(model)) {

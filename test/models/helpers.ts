@@ -16,7 +16,7 @@ export type ApiOptions = {
   credentials?: Record<string, Credentials>;
   hfEndpoint?: string;
   hfToken?: string;
-  beforeDelete?: Parameters<typeof modelRoutes>[0]["beforeDelete"];
+  whileDeleting?: Parameters<typeof modelRoutes>[0]["whileDeleting"];
 };
 
 export async function modelApi(options: ApiOptions = {}): Promise<ModelApi> {
@@ -27,7 +27,7 @@ export async function modelApi(options: ApiOptions = {}): Promise<ModelApi> {
     store,
     registry: { fetch, insecureHosts: [], credentials: options.credentials ?? {} },
     hub: { fetch, endpoint: options.hfEndpoint ?? "http://127.0.0.1:9", ...(options.hfToken ? { token: options.hfToken } : {}) },
-    ...(options.beforeDelete ? { beforeDelete: options.beforeDelete } : {}),
+    ...(options.whileDeleting ? { whileDeleting: options.whileDeleting } : {}),
   });
   const handler = routeTable(routes, { prefixes: ["", "/exp/vDD4.40"] });
   return { store, handler, root, dispose: () => rm(root, { recursive: true, force: true }) };

@@ -171,7 +171,7 @@ describe("POST /models/create from a registry", () => {
 describe("DELETE and tag", () => {
   it("tags, refuses to delete a model with several tags by id without force, then deletes it", async () => {
     let unloaded: string[] = [];
-    api = await modelApi({ defaultRegistry: registry.host, beforeDelete: async (m) => void unloaded.push(m.id) });
+    api = await modelApi({ defaultRegistry: registry.host, whileDeleting: (m, remove) => (unloaded.push(m.id), remove()) });
     await pull(api.handler, { from: "ai/tiny" });
     const tagged = await api.handler(new Request("http://m/models/ai/tiny/tag?repo=myorg/tiny&tag=v1", { method: "POST" }));
     expect(tagged.status).toBe(201);

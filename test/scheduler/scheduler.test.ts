@@ -37,7 +37,17 @@ function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings(
     await fake.finishLoads();
     return lease;
   };
-  return { ...fake, scheduler, leaseLoaded };
+  /** The request that waited for room, a new request and a preload all get `error`; nothing loads. */
+  const expectRefused = async (waiting: Promise<unknown>, model: ModelRef, error: object) => {
+    await flush();
+    expect(fake.pending).toHaveLength(0);
+    expect(await waiting).toMatchObject(error);
+    await expect(scheduler.acquire(model, "completion")).rejects.toMatchObject(error);
+    scheduler.preload(model, "completion");
+    await flush();
+    expect(fake.pending).toHaveLength(0);
+  };
+  return { ...fake, scheduler, leaseLoaded, expectRefused };
 }
 
 describe("scheduler", () => {
@@ -186,11 +196,11 @@ describe("scheduler", () => {
     });
   });
 
-  it("unload leaves a runner in use alone; unloadModel refuses with 409", async () => {
+  it("unload leaves a runner in use alone; whileDeleting refuses with 409", async () => {
     const { scheduler, leaseLoaded } = setup();
     const lease = await leaseLoaded(A);
     expect(await scheduler.unload(() => true)).toBe(0);
-    await expect(scheduler.unloadModel(A)).rejects.toMatchObject({ status: 409 });
+    await expect(scheduler.whileDeleting(A, async () => "removed")).rejects.toMatchObject({ status: 409 });
     lease.release();
     expect(await scheduler.unload(() => true)).toBe(1);
     expect(scheduler.runners()).toEqual([]);
@@ -257,18 +267,12 @@ describe("scheduler", () => {
   });
 
   it("B8: after stopAll no runner starts: a request waiting for room and later ones get 503", async () => {
-    const { scheduler, pending, leaseLoaded } = setup({ maxRunners: 1 });
+    const { scheduler, leaseLoaded, expectRefused } = setup({ maxRunners: 1 });
     const leaseA = await leaseLoaded(A);
     const waiting = scheduler.acquire(B, "completion").catch((e: unknown) => e);
     await flush();
     await scheduler.stopAll();
-    await flush();
-    expect(pending).toHaveLength(0);
-    expect(await waiting).toMatchObject({ status: 503, code: "shutting_down" });
-    await expect(scheduler.acquire(C, "completion")).rejects.toMatchObject({ status: 503, code: "shutting_down" });
-    scheduler.preload(C, "completion");
-    await flush();
-    expect(pending).toHaveLength(0);
+    await expectRefused(waiting, C, { status: 503, code: "shutting_down" });
     leaseA.release();
   });
 
@@ -289,6 +293,25 @@ describe("scheduler", () => {
     stopA();
     await flush();
     expect(pending).toHaveLength(0);
+  });
+
+  it("B12: no runner of a model launches while its delete runs; a failed delete leaves it usable", async () => {
+    const { scheduler, started, leaseLoaded, expectRefused } = setup({ maxRunners: 1 });
+    (await leaseLoaded(A)).release();
+    const leaseB = await leaseLoaded(B);
+    // A request for A waits for room (B is busy) when A's delete begins.
+    const waiting = scheduler.acquire(A, "completion").catch((e: unknown) => e);
+    await flush();
+    let failRemove!: (error: Error) => void;
+    const deletion = scheduler.whileDeleting(A, () => new Promise((_, reject) => (failRemove = reject))).catch((e: Error) => e.message);
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    leaseB.release();
+    await expectRefused(waiting, A, { status: 404, code: "model_not_found" });
+    failRemove(new Error("disk gone"));
+    expect(await deletion).toBe("disk gone");
+    (await leaseLoaded(A)).release();
+    expect(started.map((p) => p.spec.modelPath)).toEqual(["a.gguf", "b.gguf", "a.gguf"]);
   });
 });
 
