@@ -1,5 +1,6 @@
 /// <reference types="bun-types" />
 import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import { onFirstShutdownSignal } from "./shutdown.ts";
 import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
 async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
@@ -49,15 +50,6 @@ export const bunRuntime: Runtime = {
   serve,
   unixFetch,
   spawn,
-  onShutdownSignal(fn) {
-    let fired = false;
-    const once = (signal: string) => {
-      if (fired) return;
-      fired = true;
-      fn(signal);
-    };
-    process.once("SIGINT", once);
-    process.once("SIGTERM", once);
-  },
+  onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),
 };

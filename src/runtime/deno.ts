@@ -1,5 +1,7 @@
-import { Agent, fetch as undiciFetch } from "undici";
+import { fetch as undiciFetch } from "undici";
 import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import { onFirstShutdownSignal } from "./shutdown.ts";
+import { unixDispatcher } from "./unix-dispatcher.ts";
 import type { ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
 // The few Deno APIs we use, typed here so that the rest of the project needs no Deno types.
@@ -51,7 +53,7 @@ function unixFetch(socketPath: string): typeof fetch {
   // Not Deno.createHttpClient's unix proxy: it sends the absolute URL as the request target (proxy
   // style), which llama-server answers with 404. undici sends the path, as Bun and Node do; its
   // response is re-wrapped as a native one so that Deno.serve can return it.
-  const dispatcher = new Agent({ connect: { socketPath }, headersTimeout: 0, bodyTimeout: 0 });
+  const dispatcher = unixDispatcher(socketPath);
   return (async (input: RequestInfo | URL, init?: RequestInit) => {
     const request = new Request(input, init);
     const response = await undiciFetch(request.url, {
@@ -96,15 +98,6 @@ export const denoRuntime: Runtime = {
   serve,
   unixFetch,
   spawn,
-  onShutdownSignal(fn) {
-    let fired = false;
-    for (const signal of ["SIGINT", "SIGTERM"] as const) {
-      Deno.addSignalListener(signal, () => {
-        if (fired) return;
-        fired = true;
-        fn(signal);
-      });
-    }
-  },
+  onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => Deno.addSignalListener(signal, handler), fn),
   exit: (code) => Deno.exit(code),
 };

@@ -3,8 +3,9 @@ import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import { Readable } from "node:stream";
 import { createServerAdapter } from "@whatwg-node/server";
-import { Agent } from "undici";
 import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import { onFirstShutdownSignal } from "./shutdown.ts";
+import { unixDispatcher } from "./unix-dispatcher.ts";
 import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
 function listen(server: Server, target: ListenTarget): Promise<void> {
@@ -44,8 +45,7 @@ async function serve(handler: FetchHandler, target: ListenTarget): Promise<Liste
 }
 
 function unixFetch(socketPath: string): typeof fetch {
-  // undici's default 300 s header/body timeouts would cut a long generation: turn them off.
-  const dispatcher = new Agent({ connect: { socketPath }, headersTimeout: 0, bodyTimeout: 0 });
+  const dispatcher = unixDispatcher(socketPath);
   return ((input: RequestInfo | URL, init?: RequestInit) =>
     fetch(input, { ...init, dispatcher } as RequestInit)) as typeof fetch;
 }
@@ -73,15 +73,6 @@ export const nodeRuntime: Runtime = {
   serve,
   unixFetch,
   spawn,
-  onShutdownSignal(fn) {
-    let fired = false;
-    const once = (signal: string) => {
-      if (fired) return;
-      fired = true;
-      fn(signal);
-    };
-    process.once("SIGINT", once);
-    process.once("SIGTERM", once);
-  },
+  onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),
 };
