@@ -7,8 +7,6 @@ import type { RunnerMode, RunnerSpec } from "../../sidecar/index.ts";
 export type { RunnerSpec };
 export type Mode = RunnerMode;
 
-export const MODES: readonly Mode[] = ["completion", "embedding"];
-
 /** One running llama-server: one-shot, it never restarts itself (the scheduler does). */
 export interface RunnerProcess {
   /** fetch against the runner's socket: the URL's host is ignored, its path is the runner's. */
@@ -16,7 +14,6 @@ export interface RunnerProcess {
   /** Settles with the reason when the process ends on its own (never after a stop we asked for). */
   exited: Promise<Error>;
   stop(): Promise<void>;
-  logTail?(): string;
 }
 
 /** Starts a runner and resolves once it answers `/health`; rejects with the runner's error. */

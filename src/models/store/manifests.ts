@@ -1,5 +1,4 @@
 import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { removeIfPresent, writeFileAtomic } from "./files.ts";
 import type { Layout } from "./layout.ts";
 
@@ -12,7 +11,5 @@ export async function putManifest(layout: Layout, bytes: Uint8Array): Promise<st
   await writeFileAtomic(layout.manifest(digest), bytes);
   return digest;
 }
-
-export const readManifest = (layout: Layout, digest: string) => readFile(layout.manifest(digest));
 
 export const removeManifest = (layout: Layout, digest: string) => removeIfPresent(layout.manifest(digest));
