@@ -1,11 +1,13 @@
 import * as z from "zod";
-import { notInRegistry, unauthorized, upstreamFailure } from "../errors.ts";
+import { upstreamFailure } from "../errors.ts";
 import { resumedAt, type BlobSource } from "../store/blobs.ts";
-import { upstream } from "../upstream.ts";
+import { statusError, upstream } from "../upstream.ts";
 
 // A client of the Hugging Face Hub HTTP API: the file list of a model repository (with each
 // LFS file's sha256, which becomes its blob digest) and downloads with Range. The base URL is
 // configurable (`HF_ENDPOINT`, as the Hub's own tools do), and so is the token (`HF_TOKEN`).
+
+const HUB = { name: "the Hugging Face Hub", where: "on the Hugging Face Hub" };
 
 export type HubOptions = { fetch: typeof fetch; endpoint: string; token?: string };
 
@@ -26,9 +28,7 @@ async function send(options: HubOptions, url: string, init: RequestInit & { sign
   const response = await upstream(init.signal, "cannot reach the Hugging Face Hub", () => options.fetch(url, init));
   if (response.ok) return response;
   await response.body?.cancel();
-  if (response.status === 401 || response.status === 403) throw unauthorized(`the Hugging Face Hub refused access to ${what} (${response.status})`);
-  if (response.status === 404) throw notInRegistry(`${what} not found on the Hugging Face Hub`);
-  throw upstreamFailure(`the Hugging Face Hub answered ${response.status} for ${what}`);
+  throw statusError(response.status, what, HUB);
 }
 
 const encodePath = (path: string) => path.split("/").map(encodeURIComponent).join("/");

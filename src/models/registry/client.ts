@@ -1,10 +1,10 @@
 import * as z from "zod";
-import { notInRegistry, unauthorized, unsupportedArtifact, upstreamFailure } from "../errors.ts";
+import { unsupportedArtifact, upstreamFailure } from "../errors.ts";
 import { DOCKER_HUB, type ModelReference } from "../reference.ts";
 import { resumedAt, type BlobSource } from "../store/blobs.ts";
 import { digestOf } from "../store/manifests.ts";
 import { authorize, parseChallenge, type Credentials } from "./auth.ts";
-import { upstream } from "../upstream.ts";
+import { statusError, upstream } from "../upstream.ts";
 
 // A client of the OCI distribution API over fetch, for pulling Docker model artifacts: the
 // manifest, the config, and the layers as streams (with Range to resume). Registry answers become
@@ -53,11 +53,10 @@ export type Repository = {
   blobSource(descriptor: Descriptor): BlobSource;
 };
 
+const REGISTRY = { name: "the registry", where: "in the registry" };
+
 function checkStatus(response: Response, what: string): void {
-  if (response.ok) return;
-  if (response.status === 401 || response.status === 403) throw unauthorized(`the registry refused access to ${what} (${response.status})`);
-  if (response.status === 404) throw notInRegistry(`${what} not found in the registry`);
-  throw upstreamFailure(`the registry answered ${response.status} for ${what}`);
+  if (!response.ok) throw statusError(response.status, what, REGISTRY);
 }
 
 export function openRepository(reference: ModelReference, options: RegistryOptions, bearerToken?: string): Repository {
