@@ -3,8 +3,10 @@ import autocannon from "autocannon";
 import { startServer, type ServerProcess } from "../test/support/server-process.ts";
 
 // The album service's overhead: load, over loopback, (1) a fixed 50-photo upstream directly,
-// (2) a bare Bun proxy in front of it (fetch + wrap, nothing else) and (3) our album service on
-// Bun in front of it. Proxies are measured in alternating rounds, so that drift on a shared
+// (2) a bare Bun proxy in front of it (fetch + wrap, nothing else), (3) the contract's floor: the
+// bare proxy plus the abort, timeout and field dropping that the contract asks of any
+// implementation, and (4) our album service on Bun in front of it. The target compares (4) with
+// (2); (3) shows how much of the gap no design can close. Proxies are measured in alternating rounds, so that drift on a shared
 // machine hits both alike. Latencies are taken per response, in fractions of a millisecond. On
 // Linux it also prints the CPU time each server spent per request, which others' load on a shared
 // machine disturbs far less than req/s.
@@ -84,12 +86,15 @@ async function main(): Promise<void> {
     const env = { PHOTOS_API_BASE_URL: base };
     const bare = await startServer({ runtime: "bun", entry: "bench/album/bare-proxy.ts", env });
     started.push(bare);
+    const floor = await startServer({ runtime: "bun", entry: "bench/album/contract-floor.ts", env });
+    started.push(floor);
     const ours = await startServer({ runtime: "bun", env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
     started.push(ours);
 
     const targets: Target[] = [
       { name: "upstream (direct)", url: `${base}/albums/1/photos`, pid: upstream.pid },
       { name: "bare Bun proxy", url: `${addressOf(bare)}/api/albums/1`, pid: bare.pid },
+      { name: "contract floor", url: `${addressOf(floor)}/api/albums/1`, pid: floor.pid },
       { name: "album service", url: `${addressOf(ours)}/api/albums/1`, pid: ours.pid },
     ];
     for (const t of targets) await expectAlbum(t.url, 50);
@@ -115,10 +120,12 @@ function report(targets: Target[], figures: Map<string, Figures>): void {
       `${r.target.padEnd(18)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(9)} ${r.p99.toFixed(3).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(1).padStart(10)}`,
     );
   }
-  const [, bare, ours] = rows as [unknown, (typeof rows)[number], (typeof rows)[number]];
+  type Row = (typeof rows)[number];
+  const [, bare, floor, ours] = rows as [Row, Row, Row, Row];
   const ratio = ours.rps / bare.rps;
   const extraP99 = ours.p99 - bare.p99;
   console.log(`\nratio album service / bare proxy (req/s): ${ratio.toFixed(3)} (target >= 0.9: ${ratio >= 0.9 ? "met" : "missed"})`);
+  console.log(`ratio contract floor / bare proxy (req/s): ${(floor.rps / bare.rps).toFixed(3)}; album service / contract floor: ${(ours.rps / floor.rps).toFixed(3)}`);
   console.log(`server CPU per request, album service / bare proxy: ${(ours.cpu / bare.cpu).toFixed(2)}`);
   console.log(`p99 over the bare proxy's: ${extraP99.toFixed(3)} ms (target <= 1 ms: ${extraP99 <= 1 ? "met" : "missed"})`);
 }
