@@ -6,6 +6,7 @@ import type { RunnerSpec } from "./spec.ts";
  */
 export function buildLlamaServerArgs(spec: RunnerSpec, socketPath: string): string[] {
   const args = ["--model", spec.modelPath, "--alias", spec.name, "--host", socketPath, "--port", "0"];
+  if (spec.mmprojPath !== undefined) args.push("--mmproj", spec.mmprojPath);
   args.push("--metrics", "--jinja", "--no-webui");
   if (spec.contextSize !== undefined) args.push("--ctx-size", String(spec.contextSize));
   if (spec.parallel !== undefined) args.push("--parallel", String(spec.parallel));

@@ -64,6 +64,11 @@ const RULES: Rule[] = [
     message: (m) => `unsupported model architecture: ${m[1]}`,
   },
   {
+    pattern: /failed to load multimodal model, '([^']*)'/,
+    code: "invalid_model",
+    message: (m) => `cannot load the multimodal projector ${m[1]}`,
+  },
+  {
     pattern: /cudaMalloc failed: out of memory|CUDA error: out of memory|unable to allocate CUDA\d* buffer/,
     code: "out_of_memory",
     message: () => "not enough GPU memory for the model (try fewer GPU layers or a smaller context)",

@@ -9,6 +9,8 @@ export interface RunnerSpec {
   /** Names the runner's socket, pid and log files: letters, digits, `.`, `_`, `-`. */
   name: string;
   modelPath: string;
+  /** The model's multimodal projector, if it has one: without it image input is refused. */
+  mmprojPath?: string;
   mode: RunnerMode;
   /** Context size in tokens; 0 = the model's own. Default: llama-server's (the model's own). */
   contextSize?: number;
@@ -25,6 +27,7 @@ export interface RunnerSpec {
 export const runnerSpecSchema = z.object({
   name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "letters, digits, '.', '_', '-' (at most 64)"),
   modelPath: z.string().min(1),
+  mmprojPath: z.string().min(1).optional(),
   mode: z.enum(["completion", "embedding"]),
   contextSize: z.int().min(0).optional(),
   parallel: z.int().min(1).optional(),

@@ -237,6 +237,7 @@ export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings,
     // Names the runner's socket and log: unique, even while a reloaded runner still drains.
     name: `${model.id.replace(/^sha256:/, "").slice(0, 12)}-${mode}-${serial}`,
     modelPath: model.ggufPath,
+    ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
     mode,
     contextSize: settings.contextSize,
     parallel: slots,

@@ -20,6 +20,6 @@ export interface RunnerProcess {
 export type StartRunner = (spec: RunnerSpec, signal?: AbortSignal) => Promise<RunnerProcess>;
 
 /** The part of a stored model the scheduler uses. */
-export type ModelRef = { id: string; tags: string[]; ggufPath: string };
+export type ModelRef = { id: string; tags: string[]; ggufPath: string; mmprojPath?: string };
 
 export const modelName = (model: ModelRef): string => model.tags[0] ?? model.id;

@@ -1,7 +1,7 @@
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { pushModel, startRegistry, type Registry } from "../support/registry.ts";
+import { MODEL_MEDIA, pushModel, startRegistry, type Registry } from "../support/registry.ts";
 import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 
@@ -25,6 +25,8 @@ export type StackOptions = {
   runtime?: RuntimeName;
   /** Repositories to push as tiny models and pull into the store, e.g. `ai/tiny`. */
   models: string[];
+  /** Further repositories pushed with a multimodal projector layer beside the tiny weights. */
+  withProjector?: Record<string, Uint8Array>;
   env?: Record<string, string>;
 };
 
@@ -36,12 +38,16 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     for (const [i, repository] of options.models.entries()) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: i + 1 }));
     }
+    const withProjector = Object.entries(options.withProjector ?? {});
+    for (const [repository, data] of withProjector) {
+      await pushModel(registry, repository, "latest", tinyLlamaGguf(), { layers: [{ mediaType: MODEL_MEDIA.mmproj, data }] });
+    }
     const launch = async (env: Record<string, string> = {}) => {
       server = await startRunnerService(options.runtime ?? "bun", dir, registry, { ...options.env, ...env });
       return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
     };
     let url = await launch();
-    for (const repository of options.models) await pullModel(url, repository);
+    for (const repository of [...options.models, ...withProjector.map(([r]) => r)]) await pullModel(url, repository);
     const stack: Stack = {
       get url() {
         return url;

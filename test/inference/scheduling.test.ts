@@ -3,14 +3,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, until, type Stack } from "./harness.ts";
 import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerPid, runnerSocket } from "./runners.ts";
+import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 
 // The scheduler end to end: the server under Bun, three tiny models pulled from a real registry,
-// real llama-server runners. At most 2 runners, 1 request may wait per runner.
+// real llama-server runners. At most 2 runners, 1 request may wait per runner. A fourth model
+// carries a multimodal projector.
 
 let stack: Stack;
 beforeAll(async () => {
   stack = await startStack({
     models: ["ai/alpha", "ai/beta", "ai/gamma"],
+    // Its projector is a language model, which llama-server refuses as one: proof it was passed.
+    withProjector: { "ai/seeing": tinyLlamaGguf({ seed: 9 }) },
     env: { INFERENCE_MAX_RUNNERS: "2", INFERENCE_QUEUE_DEPTH: "1", INFERENCE_BODY_LIMIT: "65536" },
   });
 });
@@ -153,5 +157,13 @@ describe("scheduling", () => {
     expect(await loaded()).not.toContain("gamma:latest");
     expect(() => process.kill(pid, 0)).toThrow();
     expect((await ask(tcp(), "POST", CHAT, chat("ai/gamma"))).status).toBe(404);
+  });
+
+  it("starts a model's runner with its multimodal projector; a broken one is a clear 503 and nothing else suffers", async () => {
+    const answer = await ask(tcp(), "POST", CHAT, chat("ai/seeing"));
+    expect(answer.status).toBe(503);
+    expect(answer.json().error).toMatchObject({ code: "model_load_failed", message: expect.stringMatching(/cannot load the multimodal projector \/\S+/) });
+    expect(await loaded()).not.toContain("seeing:latest");
+    expect((await ask(tcp(), "POST", CHAT, chat("ai/alpha"))).status).toBe(200);
   });
 });

@@ -54,6 +54,17 @@ describe("scheduler", () => {
   beforeEach(() => void vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] }));
   afterEach(() => void vi.useRealTimers());
 
+  it("starts a model's runner with its weights and its multimodal projector", async () => {
+    const { scheduler, pending } = setup();
+    void scheduler.acquire({ ...A, mmprojPath: "a-mmproj.gguf" }, "completion");
+    void scheduler.acquire(B, "completion");
+    await flush();
+    expect(pending.map((p) => [p.spec.modelPath, p.spec.mmprojPath])).toEqual([
+      ["a.gguf", "a-mmproj.gguf"],
+      ["b.gguf", undefined],
+    ]);
+  });
+
   it("shares one load between concurrent requests for a model", async () => {
     const { scheduler, pending, finishLoads, started } = setup({ slots: 2 });
     const requests = [scheduler.acquire(A, "completion"), scheduler.acquire(A, "completion")];

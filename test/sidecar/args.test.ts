@@ -10,6 +10,7 @@ const cases: Array<[string, RunnerSpec, string[]]> = [
   ["completion, defaults only", spec(), BASE],
   ["context size", spec({ contextSize: 4096 }), [...BASE, "--ctx-size", "4096"]],
   ["context size 0 (the model's own) is passed, not dropped", spec({ contextSize: 0 }), [...BASE, "--ctx-size", "0"]],
+  ["multimodal projector", spec({ mmprojPath: "/models/p.gguf" }), [...BASE.slice(0, 8), "--mmproj", "/models/p.gguf", ...BASE.slice(8)]],
   ["parallel slots", spec({ parallel: 4 }), [...BASE, "--parallel", "4"]],
   ["gpu layers: count", spec({ gpuLayers: "33" }), [...BASE, "--n-gpu-layers", "33"]],
   ["gpu layers: all", spec({ gpuLayers: "all" }), [...BASE, "--n-gpu-layers", "all"]],

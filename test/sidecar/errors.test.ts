@@ -19,6 +19,12 @@ const cases: Array<[string, string, string, RegExp]> = [
     /corrupt or incomplete/,
   ],
   ["unknown architecture", "E llama_model_load: error loading model: unknown model architecture: 'mamba9'", "invalid_model", /unsupported model architecture: mamba9/],
+  [
+    "projector that is not one",
+    "E mtmd_init_from_file: error: Failed to load CLIP model from /m/p.gguf\nE srv    load_model: failed to load multimodal model, '/m/p.gguf'\nE srv  llama_server: exiting due to model loading error",
+    "invalid_model",
+    /^cannot load the multimodal projector \/m\/p\.gguf$/,
+  ],
   ["CUDA out of memory", "ggml_cuda_host_malloc: cudaMalloc failed: out of memory", "out_of_memory", /not enough GPU memory/],
   ["host out of memory", "E ggml_aligned_malloc: insufficient memory (attempted to allocate 48828.12 MB)", "out_of_memory", /not enough memory/],
   ["kv cache allocation", "E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache", "out_of_memory", /not enough memory/],

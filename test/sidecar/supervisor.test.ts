@@ -201,6 +201,12 @@ describe("supervisor", () => {
     expect(error.message).toBe(`model file not found: ${path}`);
   });
 
+  it("hands the model's projector to llama-server: a file that is not one fails clearly", async () => {
+    const error = await startError({ name: "projector", mmprojPath: world.modelPath });
+    expect(error.code).toBe("invalid_model");
+    expect(error.message).toBe(`cannot load the multimodal projector ${world.modelPath}`);
+  });
+
   it("fails clearly on an invalid flag", async () => {
     const error = await startError({ name: "badflag", extraArgs: ["--no-such-flag"] });
     expect(error.code).toBe("bad_argument");
