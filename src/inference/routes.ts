@@ -1,6 +1,7 @@
 import type { IRequest } from "itty-router";
 import { HttpError, notFound } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
+import { modelNotFound } from "../models/errors.ts";
 import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
@@ -53,12 +54,19 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
 
 async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request): Promise<Response> {
   const body = await readBody(request, deps.bodyLimit);
-  const model = await resolveOr404(deps.store, requestedModel(endpoint, parseJson(body)));
-  const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch((error) => {
-    throw request.signal.aborted ? clientGone() : error;
+  const requested = requestedModel(endpoint, parseJson(body));
+  const model = await resolveOr404(deps.store, requested);
+  const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch(async (error) => {
+    if (request.signal.aborted) throw clientGone();
+    // A delete that ran between the lookup above and the load took the model's file with it: to
+    // the client the model is simply gone, as it would be a moment later.
+    if (isLoadFailure(error) && !(await deps.store.resolve(model.id))) throw modelNotFound(requested);
+    throw error;
   });
   return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request });
 }
+
+const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";
 
 /** Counts each answer by route and status, errors included. */
 async function counted(metrics: InferenceMetrics, route: string, handle: () => Promise<Response>): Promise<Response> {
