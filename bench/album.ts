@@ -84,9 +84,9 @@ async function main(): Promise<void> {
     started.push(upstream);
     const base = addressOf(upstream);
     const env = { PHOTOS_API_BASE_URL: base };
-    const bare = await startServer({ runtime: "bun", entry: "bench/album/bare-proxy.ts", env });
+    const bare = await startServer({ runtime: "bun", entry: "bench/album/proxies.ts", env: { ...env, PROXY: "bare" } });
     started.push(bare);
-    const floor = await startServer({ runtime: "bun", entry: "bench/album/contract-floor.ts", env });
+    const floor = await startServer({ runtime: "bun", entry: "bench/album/proxies.ts", env: { ...env, PROXY: "floor" } });
     started.push(floor);
     const ours = await startServer({ runtime: "bun", env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
     started.push(ours);

@@ -1,0 +1,40 @@
+/// <reference types="bun-types" />
+import { deadline } from "../../src/album/deadline.ts";
+
+// The two proxies ours is measured against, each a few lines, served on Bun as PROXY names:
+// - bare: the least a proxy can do (fetch the photos, wrap them), with no routing, validation,
+//   exact ids, timeout or abort;
+// - floor: the bare proxy plus what the contract asks of any implementation and the bare one
+//   skips: the client's disconnect and a timeout reach the upstream call (wired as ours is), no
+//   redirect is followed, unknown photo fields are dropped. Still no routing, no validation and
+//   no exact 64-bit ids, so about the most any implementation can reach here.
+
+type Photo = { id: number; title: string; url: string; thumbnailUrl: string };
+const base = process.env.PHOTOS_API_BASE_URL;
+const albumIdOf = (request: Request) => new URL(request.url).pathname.split("/").pop();
+
+const proxies: Record<string, (request: Request) => Promise<Response>> = {
+  async bare(request) {
+    const albumId = albumIdOf(request);
+    const upstream = await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" } });
+    return Response.json({ albumId: Number(albumId), photos: await upstream.json() });
+  },
+  async floor(request) {
+    const albumId = albumIdOf(request);
+    const call = deadline(request.signal, 10_000);
+    try {
+      const init = { headers: { accept: "application/json" }, signal: call.signal, redirect: "manual" } as const;
+      const upstream = await fetch(`${base}/albums/${albumId}/photos`, init);
+      const photos = ((await upstream.json()) as Photo[]).map(({ id, title, url, thumbnailUrl }) => ({ id, title, url, thumbnailUrl }));
+      return Response.json({ albumId: Number(albumId), photos });
+    } finally {
+      call.finish();
+    }
+  },
+};
+
+const kind = process.env.PROXY ?? "bare";
+const server = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: proxies[kind]! });
+console.log(`${kind} proxy listening on http://127.0.0.1:${server.port}`);
+
+export {};
