@@ -2,7 +2,8 @@ import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
-// and the leases it hands out. Only `enter` changes the state; callers ask (`acquire`, `stop`).
+// and the leases it hands out. Only `enter` changes the state; callers read it and ask (`acquire`,
+// `stop`), never set it.
 
 export type RunnerState = "loading" | "ready" | "draining" | "stopping" | "stopped";
 
@@ -54,9 +55,9 @@ type Waiter = { grant(lease: Lease): void; fail(error: unknown): void };
 
 export class Runner {
   readonly options: RunnerOptions;
-  state: RunnerState = "loading";
-  lastUsed = Date.now();
-  inUse = 0;
+  #state: RunnerState = "loading";
+  #lastUsed = Date.now();
+  #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
   private readonly waiters: Waiter[] = [];
@@ -70,6 +71,20 @@ export class Runner {
     this.events = events;
     this.stopped = new Promise((resolve) => (this.markStopped = resolve));
     void this.load(start);
+  }
+
+  get state(): RunnerState {
+    return this.#state;
+  }
+
+  /** When its last request ended (at first, when it was created): the least recent idle runner goes first. */
+  get lastUsed(): number {
+    return this.#lastUsed;
+  }
+
+  /** Requests holding a slot now. */
+  get inUse(): number {
+    return this.#inUse;
   }
 
   get waiting(): number {
@@ -176,7 +191,7 @@ export class Runner {
   }
 
   private lease(): Lease {
-    this.inUse++;
+    this.#inUse++;
     this.cancelKeepAlive();
     const process = this.process!;
     let released = false;
@@ -186,8 +201,8 @@ export class Runner {
       release: () => {
         if (released) return;
         released = true;
-        this.inUse--;
-        this.lastUsed = Date.now();
+        this.#inUse--;
+        this.#lastUsed = Date.now();
         this.grantWaiters();
         this.checkIdle();
       },
@@ -222,6 +237,6 @@ export class Runner {
 
   private enter(next: RunnerState): void {
     if (!NEXT[this.state].includes(next)) throw new Error(`runner ${this.options.key}: ${this.state} -> ${next}`);
-    this.state = next;
+    this.#state = next;
   }
 }
