@@ -1,3 +1,4 @@
+import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
 import { createModelStore, modelRoutes } from "./models/index.ts";
@@ -25,6 +26,7 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
         fetch: globalThis.fetch.bind(globalThis),
         baseUrl: config.album.photosBaseUrl,
         timeoutMs: config.album.photosTimeoutMs,
+        clock: systemClock,
       }),
       targets: [
         { kind: "tcp", hostname: config.album.host, port: config.album.port },

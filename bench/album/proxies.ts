@@ -1,5 +1,5 @@
 /// <reference types="bun-types" />
-import { deadline } from "../../src/album/deadline.ts";
+import { deadline, systemClock } from "../../src/album/deadline.ts";
 
 // The two proxies ours is measured against, each a few lines, served on Bun as PROXY names:
 // - bare: the least a proxy can do (fetch the photos, wrap them), with no routing, validation,
@@ -21,7 +21,7 @@ const proxies: Record<string, (request: Request) => Promise<Response>> = {
   },
   async floor(request) {
     const albumId = albumIdOf(request);
-    const call = deadline(request.signal, 10_000);
+    const call = deadline(request.signal, 10_000, systemClock);
     try {
       const init = { headers: { accept: "application/json" }, signal: call.signal, redirect: "manual" } as const;
       const upstream = await fetch(`${base}/albums/${albumId}/photos`, init);

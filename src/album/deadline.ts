@@ -1,24 +1,37 @@
 /**
+ * Time as the album service needs it: a timer it can cancel. Injected, so that tests move time
+ * themselves instead of waiting for it.
+ */
+export type Clock = { after(ms: number, fire: () => void): () => void };
+
+export const systemClock: Clock = {
+  after(ms, fire) {
+    const timer = setTimeout(fire, ms);
+    return () => clearTimeout(timer);
+  },
+};
+
+/**
  * One signal for an upstream call that aborts when the client goes away or when `ms` pass,
  * whichever comes first. `AbortSignal.any` with `AbortSignal.timeout` does the same, but its timer
  * cannot be cleared: under load every finished request would leave one pending for the full
  * timeout. `finish()` frees the timer and the listener as soon as the call is over.
  */
-export function deadline(clientSignal: AbortSignal, ms: number) {
+export function deadline(clientSignal: AbortSignal, ms: number, clock: Clock) {
   const controller = new AbortController();
   let expired = false;
   const onClientGone = () => controller.abort(clientSignal.reason);
-  const timer = setTimeout(() => {
+  const cancelTimer = clock.after(ms, () => {
     expired = true;
     controller.abort(new DOMException(`no answer within ${ms} ms`, "TimeoutError"));
-  }, ms);
+  });
   if (clientSignal.aborted) onClientGone();
   else clientSignal.addEventListener("abort", onClientGone, { once: true });
   return {
     signal: controller.signal,
     expired: () => expired,
     finish() {
-      clearTimeout(timer);
+      cancelTimer();
       clientSignal.removeEventListener("abort", onClientGone);
     },
   };

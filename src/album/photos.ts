@@ -1,6 +1,6 @@
 import * as z from "zod";
 import { HttpError } from "../http/errors.ts";
-import { deadline } from "./deadline.ts";
+import { deadline, type Clock } from "./deadline.ts";
 import { Int64Json, parseJsonWithExactIds, type ParsedIds } from "./int64.ts";
 
 // The client of the external photo service: one GET per album, no retries (the contract asks for
@@ -11,6 +11,8 @@ export type PhotoServiceDeps = {
   /** Base URL without a trailing slash; a path prefix is kept. */
   baseUrl: string;
   timeoutMs: number;
+  /** Times the upstream call out. */
+  clock: Clock;
 };
 
 const photosWithIds = <Id extends z.ZodType>(id: Id) =>
@@ -41,7 +43,7 @@ const gatewayError = (status: 502 | 504, code: string, message: string) =>
   new HttpError(status, status === 504 ? "timeout_error" : "upstream_error", code, message);
 
 export async function fetchAlbumPhotos(deps: PhotoServiceDeps, albumId: string, clientSignal: AbortSignal): Promise<Photo[]> {
-  const call = deadline(clientSignal, deps.timeoutMs);
+  const call = deadline(clientSignal, deps.timeoutMs, deps.clock);
   try {
     return parsePhotos(await fetchText(deps, `${deps.baseUrl}/albums/${albumId}/photos`, call.signal));
   } catch (error) {

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll } from "vitest";
+import { systemClock } from "../../src/album/deadline.ts";
 import { createAlbumHandler, type AlbumDeps } from "../../src/album/handler.ts";
 import { albumOf, startPhotoService, type PhotoService } from "./photo-service.ts";
 
@@ -19,8 +20,32 @@ export function usePhotoService(): { readonly upstream: PhotoService } {
 }
 
 export function album(deps: Partial<AlbumDeps> & { baseUrl: string }) {
-  const handler = createAlbumHandler({ fetch: globalThis.fetch, timeoutMs: 5_000, ...deps });
+  const handler = createAlbumHandler({ fetch: globalThis.fetch, timeoutMs: 5_000, clock: systemClock, ...deps });
   return (path: string, init?: RequestInit) => Promise.resolve(handler(new Request(`http://album.test${path}`, init)));
+}
+
+/** A clock that moves only when the test says: due timers fire on `advance`, earliest first. */
+export function manualClock() {
+  let now = 0;
+  const timers = new Set<{ at: number; fire: () => void }>();
+  return {
+    after(ms: number, fire: () => void) {
+      const timer = { at: now + ms, fire };
+      timers.add(timer);
+      return () => void timers.delete(timer);
+    },
+    advance(ms: number) {
+      now += ms;
+      const due = [...timers].filter((t) => t.at <= now).sort((a, b) => a.at - b.at);
+      for (const timer of due) {
+        timers.delete(timer);
+        timer.fire();
+      }
+    },
+    get pending() {
+      return timers.size;
+    },
+  };
 }
 
 /** Parses JSON keeping every number as its exact source text, so 64-bit ids can be compared. */

@@ -1,7 +1,7 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
-import { album, usePhotoService, type ErrorBody } from "./harness.ts";
+import { album, manualClock, usePhotoService, type ErrorBody } from "./harness.ts";
 import { hang, json, photoJson, type Answer } from "./photo-service.ts";
 
 // How the album service answers when the photo service fails, answers badly, or is too slow.
@@ -94,6 +94,35 @@ describe("failures other than an error status", () => {
     service.upstream.answerWith(json(body));
     await expectGatewayError(await get("/api/albums/1"), 502, "upstream_bad_body");
     expect(service.upstream.requests).toHaveLength(1);
+  });
+});
+
+describe("the upstream timeout, on a clock the test moves", () => {
+  const settledWithin = (promise: Promise<unknown>, ms: number) =>
+    Promise.race([promise.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), ms))]);
+
+  it("gives 504 when the default 10 s have passed, not a moment before", async () => {
+    service.upstream.answerWith(hang);
+    const clock = manualClock();
+    const answered = album({ baseUrl: service.upstream.url, timeoutMs: 10_000, clock })("/api/albums/1");
+    while (service.upstream.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(clock.pending).toBe(1);
+    clock.advance(9_999);
+    expect(await settledWithin(answered, 50)).toBe(false);
+    clock.advance(1);
+    // Far less than the 10 s a real timer would take.
+    expect(await settledWithin(answered, 2_000)).toBe(true);
+    await expectGatewayError(await answered, 504, "upstream_timeout");
+    expect(service.upstream.requests).toHaveLength(1);
+  });
+
+  it("leaves no timer behind once a call is over", async () => {
+    const clock = manualClock();
+    const ok = await album({ baseUrl: service.upstream.url, clock })("/api/albums/1");
+    expect(ok.status).toBe(200);
+    service.upstream.answerWith(json("oops"));
+    expect((await album({ baseUrl: service.upstream.url, clock })("/api/albums/1")).status).toBe(502);
+    expect(clock.pending).toBe(0);
   });
 });
 
