@@ -6,10 +6,10 @@ import { startServer, type ServerProcess } from "../test/support/server-process.
 // (2) a bare Bun proxy in front of it (fetch + wrap, nothing else), (3) the contract's floor: the
 // bare proxy plus the abort, timeout and field dropping that the contract asks of any
 // implementation, and (4) our album service on Bun in front of it. The target compares (4) with
-// (2); (3) shows how much of the gap no design can close. Proxies are measured in alternating rounds, so that drift on a shared
-// machine hits both alike. Latencies are taken per response, in fractions of a millisecond. On
-// Linux it also prints the CPU time each server spent per request, which others' load on a shared
-// machine disturbs far less than req/s.
+// (2); (3) shows how much of the gap no design can close. Targets are measured in alternating
+// rounds, so that drift on a shared machine hits them alike. Latencies are taken per response, in
+// fractions of a millisecond. On Linux it also prints the CPU time each server spent per request,
+// which others' load on a shared machine disturbs far less than req/s.
 //
 //   npm run bench:album       (BENCH_SECONDS, BENCH_ROUNDS, BENCH_CONNECTIONS tune it)
 

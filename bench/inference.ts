@@ -6,7 +6,8 @@ import { resolveLlamaServerBinary } from "../sidecar/index.ts";
 import { createModelStore } from "../src/models/index.ts";
 import { detectRuntime } from "../src/runtime/index.ts";
 import { removeSocket } from "../src/runtime/socket-file.ts";
-import { startStack, until } from "../test/inference/harness.ts";
+import { startStack } from "../test/inference/harness.ts";
+import { until } from "../test/support/until.ts";
 import { startServer } from "../test/support/server-process.ts";
 
 // What our endpoint costs on top of llama-server, the tiny model pulled from a real registry, the

@@ -2,6 +2,7 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, expect, it } from "vitest";
 import { album, manualClock, usePhotoService, type ErrorBody } from "./harness.ts";
+import { until } from "../support/until.ts";
 import { hang, json, photoJson, type Answer } from "./photo-service.ts";
 
 // How the album service answers when the photo service fails, answers badly, or is too slow.
@@ -105,7 +106,7 @@ describe("the upstream timeout, on a clock the test moves", () => {
     service.upstream.answerWith(hang);
     const clock = manualClock();
     const answered = album({ baseUrl: service.upstream.url, timeoutMs: 10_000, clock })("/api/albums/1");
-    while (service.upstream.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await until(() => service.upstream.requests.length === 1, "the call to the photo service");
     expect(clock.pending).toBe(1);
     clock.advance(9_999);
     expect(await settledWithin(answered, 50)).toBe(false);

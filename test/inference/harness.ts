@@ -125,15 +125,6 @@ function isAlive(pid: number): boolean {
   }
 }
 
-/** Polls `check` every 25 ms until it holds; no wall-time assertion, just a bound on waiting. */
-export async function until(check: () => boolean | Promise<boolean>, what: string, tries = 1200): Promise<void> {
-  for (let i = 0; i < tries; i++) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
 /**
  * llama-server's `ignore_eos`: the tiny random-weight model may sample end-of-sequence at any step
  * (about 1 in 259), which would leave a test's expected length or finish_reason to chance.

@@ -1,6 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { NO_EARLY_STOP, startStack, until, type Stack } from "./harness.ts";
+import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
+import { until } from "../support/until.ts";
 import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerSocket } from "./runners.ts";
 

@@ -1,6 +1,7 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, until, type Stack } from "./harness.ts";
+import { startStack, type Stack } from "./harness.ts";
+import { until } from "../support/until.ts";
 import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerPid, runnerSocket } from "./runners.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
