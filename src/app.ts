@@ -23,7 +23,7 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
     services.push({
       name: "album",
       handler: createAlbumHandler({
-        fetch: globalThis.fetch.bind(globalThis),
+        fetch: runtime.upstreamFetch,
         baseUrl: config.album.photosBaseUrl,
         timeoutMs: config.album.photosTimeoutMs,
         clock: systemClock,

@@ -30,6 +30,14 @@ function unixFetch(socketPath: string): typeof fetch {
     fetch(input, { ...init, unix: socketPath, timeout: false } as RequestInit)) as typeof fetch;
 }
 
+/**
+ * Bun's fetch sends a request again when a reused keep-alive connection is reset before the answer
+ * (and Bun maps the npm `undici` to that same fetch). Without keep-alive no connection is reused,
+ * so no request is resent: one TCP connect per call is the price of exactly-once.
+ */
+const upstreamFetch = ((input: RequestInfo | URL, init?: RequestInit) =>
+  fetch(input, { ...init, keepalive: false })) as typeof fetch;
+
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const child = Bun.spawn([command, ...args], { env: options.env, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
   return {
@@ -49,6 +57,7 @@ export const bunRuntime: Runtime = {
   version: Bun.version,
   serve,
   unixFetch,
+  upstreamFetch,
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),

@@ -21,7 +21,7 @@ interface DenoApi {
   Command: new (command: string, options: Record<string, unknown>) => { spawn(): DenoChild };
   version: { deno: string };
   serve(options: Record<string, unknown>, handler: FetchHandler): DenoHttpServer;
-  createHttpClient(options: { proxy: { transport: "unix"; path: string } }): unknown;
+  createHttpClient(options: { proxy?: { transport: "unix"; path: string }; poolMaxIdlePerHost?: number }): unknown;
   addSignalListener(signal: "SIGINT" | "SIGTERM", fn: () => void): void;
   exit(code: number): never;
 }
@@ -68,6 +68,17 @@ function unixFetch(socketPath: string): typeof fetch {
   }) as typeof fetch;
 }
 
+/**
+ * Deno's fetch sends a request again when a reused keep-alive connection is reset before the
+ * answer. A client that keeps no idle connection never reuses one, so never resends: one TCP
+ * connect per call is the price of exactly-once. (undici would keep connections, but it reads env
+ * variables of its own, which the album service's narrow `--allow-env` does not grant.)
+ */
+function onceFetch(): typeof fetch {
+  const client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+  return ((input: RequestInfo | URL, init?: RequestInit) => fetch(input, { ...init, client } as RequestInit)) as typeof fetch;
+}
+
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const child = new Deno.Command(command, {
     args,
@@ -97,6 +108,7 @@ export const denoRuntime: Runtime = {
   version: Deno.version.deno,
   serve,
   unixFetch,
+  upstreamFetch: onceFetch(),
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => Deno.addSignalListener(signal, handler), fn),
   exit: (code) => Deno.exit(code),

@@ -72,6 +72,8 @@ export const nodeRuntime: Runtime = {
   version: process.versions.node,
   serve,
   unixFetch,
+  // undici, Node's fetch, never resends a request on a connection that failed.
+  upstreamFetch: fetch,
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),
