@@ -5,7 +5,7 @@ import type { RunnerSpec } from "./spec.ts";
  * `--port` is passed although a Unix socket ignores it, because its default differs across releases.
  */
 export function buildLlamaServerArgs(spec: RunnerSpec, socketPath: string): string[] {
-  const args = ["--model", spec.modelPath, "--alias", spec.name, "--host", socketPath, "--port", "0"];
+  const args = ["--model", spec.modelPath, "--alias", spec.alias ?? spec.name, "--host", socketPath, "--port", "0"];
   if (spec.mmprojPath !== undefined) args.push("--mmproj", spec.mmprojPath);
   args.push("--metrics", "--jinja", "--no-webui");
   if (spec.contextSize !== undefined) args.push("--ctx-size", String(spec.contextSize));

@@ -8,6 +8,8 @@ export type PoolingType = "mean" | "cls" | "last" | "rank";
 export interface RunnerSpec {
   /** Names the runner's socket, pid and log files: letters, digits, `.`, `_`, `-`. */
   name: string;
+  /** The model's name in answers (llama-server's `--alias`); default: `name`. */
+  alias?: string;
   modelPath: string;
   /** The model's multimodal projector, if it has one: without it image input is refused. */
   mmprojPath?: string;
@@ -26,6 +28,7 @@ export interface RunnerSpec {
 
 export const runnerSpecSchema = z.object({
   name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "letters, digits, '.', '_', '-' (at most 64)"),
+  alias: z.string().min(1).optional(),
   modelPath: z.string().min(1),
   mmprojPath: z.string().min(1).optional(),
   mode: z.enum(["completion", "embedding"]),

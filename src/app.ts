@@ -5,6 +5,7 @@ import { createModelStore, modelRoutes } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { createInference } from "./inference/index.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
+import { VERSION } from "./version.ts";
 
 // The single place where dependencies are wired: config and runtime in, services out.
 // No runtime imports here; `index.ts` chooses the runtime.
@@ -38,6 +39,12 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
   return services;
 }
 
+/** What Docker Model Runner's clients ask to see that a runner is there, and which. */
+const aboutRoutes: Route[] = [
+  { method: "GET", path: "/", handle: () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } }) },
+  { method: "GET", path: "/version", handle: () => Response.json({ version: VERSION }) },
+];
+
 /** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
 export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
@@ -53,6 +60,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
     }),
     ...inference.routes,
+    ...aboutRoutes,
   ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });

@@ -74,8 +74,19 @@ const Settings = z.object({
 
 export type Config = ReturnType<typeof toConfig>;
 
+/**
+ * Docker Model Runner's names for our settings, so that scripts and compose files written for it
+ * work here. `MODEL_RUNNER_HOST` is the URL its CLI talks to; only a bare host (no scheme) names
+ * a listen address, so a URL there is left to the clients.
+ */
+export const DMR_NAMES: Record<string, keyof typeof Settings.shape> = {
+  MODEL_RUNNER_PORT: "RUNNER_PORT",
+  MODEL_RUNNER_SOCK: "RUNNER_SOCKET",
+  MODEL_RUNNER_HOST: "RUNNER_HOST",
+};
+
 /** Every env name the configuration reads (Deno's `--allow-env=` list needs them all). */
-export const settingNames = Object.keys(Settings.shape);
+export const settingNames = [...Object.keys(Settings.shape), ...Object.keys(DMR_NAMES)];
 
 function toConfig(s: z.infer<typeof Settings>) {
   return {
@@ -130,12 +141,24 @@ function argvSettings(argv: string[]): Record<string, string> {
 
 export function loadConfig(env: Record<string, string | undefined>, argv: string[]): Config {
   const fromArgv = argvSettings(argv);
-  const unknown = Object.keys(fromArgv).filter((key) => !(key in Settings.shape));
+  const unknown = Object.keys(fromArgv).filter((key) => !settingNames.includes(key));
   if (unknown.length) throw new ConfigError(`unknown setting(s): ${unknown.join(", ")}`);
+  const given = (key: string) => {
+    const value = fromArgv[key] ?? env[key];
+    return value === undefined || value === "" ? undefined : value;
+  };
   const merged: Record<string, string> = {};
   for (const key of Object.keys(Settings.shape)) {
-    const value = fromArgv[key] ?? env[key];
-    if (value !== undefined && value !== "") merged[key] = value;
+    const value = given(key);
+    if (value !== undefined) merged[key] = value;
+  }
+  for (const [dmrName, ours] of Object.entries(DMR_NAMES)) {
+    const value = given(dmrName);
+    if (value === undefined || (dmrName === "MODEL_RUNNER_HOST" && value.includes("://"))) continue;
+    if (merged[ours] !== undefined && merged[ours] !== value) {
+      throw new ConfigError(`${dmrName}=${value} and ${ours}=${merged[ours]} disagree: set one of them`);
+    }
+    merged[ours] = value;
   }
   const parsed = Settings.safeParse(merged);
   if (!parsed.success) throw new ConfigError(`invalid configuration:\n${z.prettifyError(parsed.error)}`);

@@ -41,3 +41,24 @@ describe("config", () => {
     expect(() => loadConfig(env, argv)).toThrow(ConfigError);
   });
 });
+
+describe("Docker Model Runner's setting names", () => {
+  it("MODEL_RUNNER_PORT, MODEL_RUNNER_SOCK and a bare MODEL_RUNNER_HOST set the listeners", () => {
+    const config = loadConfig({ MODEL_RUNNER_PORT: "13000", MODEL_RUNNER_SOCK: "/run/dmr.sock", MODEL_RUNNER_HOST: "0.0.0.0" }, []);
+    expect(config.runner).toEqual({ host: "0.0.0.0", port: 13000, socketPath: "/run/dmr.sock" });
+    expect(loadConfig({}, ["--model.runner.port=13001"]).runner.port).toBe(13001);
+  });
+
+  it("MODEL_RUNNER_HOST as a URL is the clients' setting, not a listen address", () => {
+    expect(loadConfig({ MODEL_RUNNER_HOST: "http://localhost:12434" }, []).runner.host).toBe("127.0.0.1");
+  });
+
+  it("both spellings agreeing is fine; disagreeing stops start-up with one line naming both", () => {
+    expect(loadConfig({ MODEL_RUNNER_PORT: "13000", RUNNER_PORT: "13000" }, []).runner.port).toBe(13000);
+    expect(() => loadConfig({ MODEL_RUNNER_PORT: "13000", RUNNER_PORT: "14000" }, [])).toThrow(
+      new ConfigError("MODEL_RUNNER_PORT=13000 and RUNNER_PORT=14000 disagree: set one of them"),
+    );
+    expect(() => loadConfig({ MODEL_RUNNER_SOCK: "/a.sock" }, ["--runner.socket=/b.sock"])).toThrow(/MODEL_RUNNER_SOCK.*RUNNER_SOCKET/);
+    expect(() => loadConfig({ RUNNER_HOST: "127.0.0.1", MODEL_RUNNER_HOST: "0.0.0.0" }, [])).toThrow(/MODEL_RUNNER_HOST.*RUNNER_HOST/);
+  });
+});

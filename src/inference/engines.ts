@@ -1,3 +1,4 @@
+import { parse as parseShell } from "shell-quote";
 import * as z from "zod";
 import { badRequest } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
@@ -28,14 +29,29 @@ const UnloadBody = z.strictObject({
   models: z.array(z.string().min(1)).optional(),
 });
 
-const ConfigureBody = z.strictObject({
+// Docker Model Runner's configure body, as its CLI and `docker model compose` send it. Unknown keys
+// are ignored, as DMR ignores them, so a newer client's extra field is no error.
+const ConfigureBody = z.looseObject({
   model: z.string().trim().min(1, "model is required"),
-  mode: z.enum(["completion", "embedding"]).optional(),
-  "context-size": z.number().int().nonnegative().optional(),
+  mode: z.enum(["completion", "embedding"], { error: 'mode must be "completion" or "embedding"' }).optional(),
+  // -1: DMR's "no limit", here the model's own trained context (0 to llama-server).
+  "context-size": z.number().int().min(-1).optional(),
   slots: z.number().int().min(1).max(64).optional(),
   "runtime-flags": z.array(z.string()).optional(),
+  // One string split as a shell would; DMR reads it only when runtime-flags is empty.
+  "raw-runtime-flags": z.string().optional(),
   keep_alive: z.union([z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"'), z.number()]).optional(),
+  pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
+  speculative: z
+    .looseObject({
+      draft_model: z.string().trim().min(1, "speculative.draft_model is required"),
+      num_tokens: z.number().int().min(1).max(64).optional(),
+      min_acceptance_rate: z.number().min(0).max(1).optional(),
+    })
+    .optional(),
+  llamacpp: z.looseObject({ "reasoning-budget": z.number().int().min(-1).optional() }).optional(),
 });
+type ConfigureBody = z.infer<typeof ConfigureBody>;
 
 /** Management bodies are small: a tenth of a mebibyte is plenty. */
 const MANAGEMENT_BODY_LIMIT = 100 * 1024;
@@ -59,9 +75,10 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   const { scheduler, store } = deps;
 
   async function status(): Promise<Response> {
+    // DMR's status strings, `<Type>[: <details>]`, which its CLI parses (`docker model status`).
     const state = await deps.engineVersion().then(
-      (version) => `running llama.cpp version: ${version}`,
-      (error: Error) => `error: ${error.message}`,
+      (version) => `Running: ${ENGINE} ${version}`,
+      (error: Error) => `Error: ${error.message}`,
     );
     return Response.json({ [ENGINE]: state });
   }
@@ -84,17 +101,53 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     const body = await readJson(request, ConfigureBody);
     const model = await store.resolve(body.model);
     if (!model) throw modelNotFound(body.model);
-    const changes = ModelSettings.safeParse({
-      contextSize: body["context-size"],
-      slots: body.slots,
-      keepAlive: body.keep_alive === undefined ? undefined : String(body.keep_alive),
-      runtimeFlags: body["runtime-flags"],
-    });
+    const changes = ModelSettings.safeParse(await settingsOf(body));
     if (!changes.success) throw badRequest("invalid_settings", z.prettifyError(changes.error));
     const settings = await deps.settings.update(model.id, dropUndefined(changes.data));
     scheduler.reload(model);
     scheduler.preload(model, body.mode ?? "completion");
     return Response.json({ model: model.tags[0] ?? model.id, settings: publicSettings(settings) }, { status: 202 });
+  }
+
+  /** The body's fields as our settings; a draft model is looked up in the store now. */
+  async function settingsOf(body: ConfigureBody): Promise<Record<string, unknown>> {
+    const contextSize = body["context-size"];
+    return {
+      contextSize: contextSize === -1 ? 0 : contextSize,
+      slots: body.slots,
+      keepAlive: body.keep_alive === undefined ? undefined : String(body.keep_alive),
+      runtimeFlags: body["runtime-flags"]?.length ? body["runtime-flags"] : splitFlags(body["raw-runtime-flags"]),
+      pooling: body.pooling,
+      reasoningBudget: body.llamacpp?.["reasoning-budget"],
+      speculative: body.speculative && (await draft(body.speculative)),
+    };
+  }
+
+  async function draft(speculative: NonNullable<ConfigureBody["speculative"]>) {
+    const model = await store.resolve(speculative.draft_model);
+    if (!model) throw modelNotFound(speculative.draft_model);
+    return dropUndefined({
+      draftModel: model.tags[0] ?? model.id,
+      draftPath: model.ggufPath,
+      numTokens: speculative.num_tokens,
+      minAcceptanceRate: speculative.min_acceptance_rate,
+    });
+  }
+
+  /** DMR's `GET /engines/_configure[?model=]`: each configured model's settings, in its shape. */
+  async function configured(request: Request): Promise<Response> {
+    const only = new URL(request.url).searchParams.get("model");
+    const wanted = only ? (await store.resolve(only))?.id : undefined;
+    if (only && !wanted) throw modelNotFound(only);
+    const entries = [];
+    for (const [id, settings] of Object.entries(await deps.settings.all())) {
+      if (wanted && id !== wanted) continue;
+      const model = await store.resolve(id);
+      if (!model) continue; // settings of a deleted model are kept but not shown
+      const name = model.tags[0] ?? model.id;
+      entries.push({ Backend: ENGINE, Model: name, ModelID: id, Mode: "completion", Config: publicSettings(settings) });
+    }
+    return Response.json(entries);
   }
 
   async function metrics(): Promise<Response> {
@@ -107,12 +160,36 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     { method: "GET", path: "/engines/ps", handle: () => Response.json(scheduler.runners().map(psEntry)) },
     { method: "POST", path: "/engines/unload", handle: unload },
     { method: "POST", path: "/engines/_configure", handle: configure },
+    { method: "GET", path: "/engines/_configure", handle: configured },
     { method: "GET", path: "/metrics", handle: metrics },
   ];
 }
 
+/** Settings in DMR's names (its `BackendConfiguration`), plus ours (`slots`, `pooling`). */
 const publicSettings = (s: ModelSettings) =>
-  dropUndefined({ "context-size": s.contextSize, slots: s.slots, keep_alive: s.keepAlive, "runtime-flags": s.runtimeFlags });
+  dropUndefined({
+    "context-size": s.contextSize,
+    slots: s.slots,
+    keep_alive: s.keepAlive,
+    "runtime-flags": s.runtimeFlags,
+    pooling: s.pooling,
+    llamacpp: s.reasoningBudget === undefined ? undefined : { "reasoning-budget": s.reasoningBudget },
+    speculative: s.speculative && {
+      draft_model: s.speculative.draftModel,
+      num_tokens: s.speculative.numTokens,
+      min_acceptance_rate: s.speculative.minAcceptanceRate,
+    },
+  });
+
+/** A flags string split as a shell would: quotes group, nothing is expanded, operators are refused. */
+function splitFlags(raw: string | undefined): string[] | undefined {
+  if (raw === undefined || raw.trim() === "") return undefined;
+  const words = parseShell(raw, (name) => `$${name}`);
+  if (!words.every((w): w is string => typeof w === "string")) {
+    throw badRequest("invalid_settings", "raw-runtime-flags may hold flags and values only, no shell operators");
+  }
+  return words;
+}
 
 function dropUndefined<T extends object>(value: T): T {
   return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as T;

@@ -1,4 +1,5 @@
-import type { Mode } from "./types.ts";
+import type { PoolingType } from "../../sidecar/index.ts";
+import type { Mode, ModelRef } from "./types.ts";
 
 // Pure policy: which runner to unload to make room, and how long an idle runner lives. Decisions
 // only; the scheduler carries them out.
@@ -41,6 +42,21 @@ export function keepAliveMs(value: string | number): number {
   else for (const [, n, unit] of body.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)) ms += Number(n) * UNIT_MS[unit!]!;
   if (negative && ms > 0) return Infinity;
   return ms;
+}
+
+/**
+ * The pooling an embedding runner starts with: the configured one, else none given (the model's
+ * own) when the GGUF declares one, else mean. Most chat models (Llama, Qwen, SmolLM...) declare
+ * none, and llama-server refuses OpenAI embeddings without pooling ("Pooling type 'none' is not
+ * OAI compatible"); mean pooling is what Ollama and LM Studio give them.
+ */
+export function embeddingPooling(model: ModelRef, configured?: PoolingType): PoolingType | undefined {
+  if (configured) return configured;
+  const header = model.config?.gguf ?? {};
+  const architecture = model.config?.architecture ?? header["general.architecture"];
+  const declared = architecture ? header[`${architecture}.pooling_type`] : undefined;
+  // llama.cpp's enum: -1 unspecified, 0 none, 1 mean, 2 cls, 3 last, 4 rank.
+  return declared !== undefined && Number(declared) > 0 ? undefined : "mean";
 }
 
 export const runnerKey = (modelId: string, mode: Mode): string => `${modelId}/${mode}`;

@@ -1,6 +1,6 @@
 import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
-import { keepAliveMs, pickEviction, runnerKey } from "./policy.ts";
+import { embeddingPooling, keepAliveMs, pickEviction, runnerKey } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
@@ -233,19 +233,35 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
 /** What the sidecar starts for a model in a mode with its settings. */
 export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings, slots: number, serial: number): RunnerSpec {
+  const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
   return {
     // Names the runner's socket and log: unique, even while a reloaded runner still drains.
     name: `${model.id.replace(/^sha256:/, "").slice(0, 12)}-${mode}-${serial}`,
+    // Answers name the model as people know it, not the runner (which changes on every reload).
+    alias: modelName(model),
     modelPath: model.ggufPath,
     ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
     mode,
     contextSize: settings.contextSize,
     parallel: slots,
+    ...(pooling ? { pooling } : {}),
     // llama-server serves each keep-alive connection on one HTTP thread until it closes: with
     // fewer threads than our open connections (a slot each, plus metrics), a request would wait
     // for another connection's keep-alive to time out. The model's own flags come after and win.
-    extraArgs: ["--threads-http", String(slots + HTTP_THREADS_SPARE), ...(settings.runtimeFlags ?? [])],
+    extraArgs: ["--threads-http", String(slots + HTTP_THREADS_SPARE), ...settingFlags(settings), ...(settings.runtimeFlags ?? [])],
   };
+}
+
+/** llama-server flags for the settings that have their own fields (the draft's path is ours, from the store). */
+function settingFlags({ reasoningBudget, speculative }: ModelSettings): string[] {
+  const flags: string[] = [];
+  if (reasoningBudget !== undefined) flags.push("--reasoning-budget", String(reasoningBudget));
+  if (speculative) {
+    flags.push("--model-draft", speculative.draftPath);
+    if (speculative.numTokens !== undefined) flags.push("--spec-draft-n-max", String(speculative.numTokens));
+    if (speculative.minAcceptanceRate !== undefined) flags.push("--spec-draft-p-min", String(speculative.minAcceptanceRate));
+  }
+  return flags;
 }
 
 /** HTTP threads beyond one per slot: metrics scrapes, and connections still closing. */

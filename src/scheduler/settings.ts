@@ -13,6 +13,19 @@ export const ModelSettings = z.object({
   contextSize: z.number().int().nonnegative().optional(),
   slots: z.number().int().min(1).max(64).optional(),
   keepAlive: z.string().regex(KEEP_ALIVE_PATTERN).optional(),
+  /** llama-server's `--reasoning-budget`: -1 unrestricted, 0 no thinking. */
+  reasoningBudget: z.number().int().min(-1).optional(),
+  /** Speculative decoding with a draft model of the store, resolved to its weights when configured. */
+  speculative: z
+    .object({
+      draftModel: z.string().min(1),
+      draftPath: z.string().min(1),
+      numTokens: z.number().int().min(1).max(64).optional(),
+      minAcceptanceRate: z.number().min(0).max(1).optional(),
+    })
+    .optional(),
+  /** Embedding pooling; default: the model's own, else mean (see `embeddingPooling`). */
+  pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
   runtimeFlags: z
     .array(z.string())
     .max(64)
@@ -28,6 +41,8 @@ const SettingsFile = z.record(z.string(), ModelSettings);
 
 export interface SettingsStore {
   get(modelId: string): Promise<ModelSettings>;
+  /** Every model's settings, by model id. */
+  all(): Promise<Record<string, ModelSettings>>;
   /** Merges `changes` into the model's settings and writes the file (temporary name, then rename). */
   update(modelId: string, changes: ModelSettings): Promise<ModelSettings>;
 }
@@ -45,6 +60,7 @@ export function createSettingsStore(file: string): SettingsStore {
     async get(modelId) {
       return (await all())[modelId] ?? {};
     },
+    all: async () => ({ ...(await all()) }),
     async update(modelId, changes) {
       const settings = await all();
       const merged = { ...settings[modelId], ...changes };

@@ -19,7 +19,13 @@ export interface RunnerProcess {
 /** Starts a runner and resolves once it answers `/health`; rejects with the runner's error. */
 export type StartRunner = (spec: RunnerSpec, signal?: AbortSignal) => Promise<RunnerProcess>;
 
-/** The part of a stored model the scheduler uses. */
-export type ModelRef = { id: string; tags: string[]; ggufPath: string; mmprojPath?: string };
+/** The part of a stored model the scheduler uses; `config.gguf` is its GGUF header, values as text. */
+export type ModelRef = {
+  id: string;
+  tags: string[];
+  ggufPath: string;
+  mmprojPath?: string;
+  config?: { architecture?: string; gguf?: Record<string, string> };
+};
 
 export const modelName = (model: ModelRef): string => model.tags[0] ?? model.id;

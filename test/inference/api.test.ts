@@ -95,7 +95,8 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
 
   it("reports status, runners and metrics", async () => {
     const status = (await ask(unix(), "GET", `${P}/engines/status`)).json();
-    expect(status).toEqual({ "llama.cpp": expect.stringMatching(/^running llama\.cpp version: \S/) });
+    // DMR's format, which `docker model status` parses: `Running: llama.cpp <version>`.
+    expect(status).toEqual({ "llama.cpp": expect.stringMatching(/^Running: llama\.cpp \S/) });
     const ps = (await ask(unix(), "GET", `${P}/engines/ps`)).json();
     expect(ps.map((r: { mode: string }) => r.mode).sort()).toEqual(["completion", "embedding"]);
     expect(ps[0]).toEqual({

@@ -18,6 +18,8 @@ export type Stack = {
   restart(env?: Record<string, string>): Promise<void>;
   /** Pids of the llama-server runners now alive, from the supervisor's pid files. */
   runnerPids(): Promise<number[]>;
+  /** Every runner log written so far, one after the other. */
+  runnerLogs(): Promise<string>;
   stop(): Promise<void>;
 };
 
@@ -25,6 +27,8 @@ export type StackOptions = {
   runtime?: RuntimeName;
   /** Repositories to push as tiny models and pull into the store, e.g. `ai/tiny`. */
   models: string[];
+  /** Further repositories pushed as embedding models (declaring mean pooling). */
+  embedders?: string[];
   /** Further repositories pushed with a multimodal projector layer beside the tiny weights. */
   withProjector?: Record<string, Uint8Array>;
   env?: Record<string, string>;
@@ -38,6 +42,9 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     for (const [i, repository] of options.models.entries()) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: i + 1 }));
     }
+    for (const repository of options.embedders ?? []) {
+      await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 11, meanPooling: true }));
+    }
     const withProjector = Object.entries(options.withProjector ?? {});
     for (const [repository, data] of withProjector) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf(), { layers: [{ mediaType: MODEL_MEDIA.mmproj, data }] });
@@ -47,7 +54,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
     };
     let url = await launch();
-    for (const repository of [...options.models, ...withProjector.map(([r]) => r)]) await pullModel(url, repository);
+    for (const repository of [...options.models, ...(options.embedders ?? []), ...withProjector.map(([r]) => r)]) await pullModel(url, repository);
     const stack: Stack = {
       get url() {
         return url;
@@ -62,6 +69,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
         url = await launch(env);
       },
       runnerPids: () => runnerPids(join(dir, "run")),
+      runnerLogs: () => allText(join(dir, "logs")),
       async stop() {
         await server?.stop(10_000);
         await registry.stop();
@@ -104,6 +112,12 @@ async function pullModel(url: string, repository: string): Promise<void> {
   });
   const text = await response.text();
   if (response.status !== 200 || !text.includes('"success"')) throw new Error(`pull of ${repository}: ${response.status} ${text}`);
+}
+
+async function allText(folder: string): Promise<string> {
+  const names = await readdir(folder).catch(() => [] as string[]);
+  const texts = await Promise.all(names.map((name) => readFile(join(folder, name), "utf8")));
+  return texts.join("\n");
 }
 
 async function runnerPids(runDir: string): Promise<number[]> {

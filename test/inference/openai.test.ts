@@ -7,7 +7,8 @@ import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({ models: ["ai/tiny"] });
+  // ai/tiny declares no pooling type (as chat models); ai/embedder declares mean (as embedding models).
+  stack = await startStack({ models: ["ai/tiny"], embedders: ["ai/embedder"] });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -18,9 +19,8 @@ const client = (base: string) => new OpenAI({ baseURL: `${stack.url}${base}`, ap
 describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at %s", (base) => {
   it("lists models", async () => {
     const page = await client(base).models.list();
-    expect(page.data).toEqual([
-      { id: expect.stringMatching(/(^|\/)ai\/tiny:latest$/), object: "model", created: expect.any(Number), owned_by: "docker" },
-    ]);
+    expect(page.data.map((m) => m.id).sort()).toEqual([expect.stringMatching(/(^|\/)ai\/embedder:latest$/), expect.stringMatching(/(^|\/)ai\/tiny:latest$/)]);
+    expect(page.data[0]).toEqual({ id: expect.any(String), object: "model", created: expect.any(Number), owned_by: "docker" });
   });
 
   it("chats", async () => {
@@ -55,9 +55,24 @@ describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at
     expect(completion.choices[0]!.text.length).toBeGreaterThan(0);
   });
 
-  it("embeds", async () => {
-    const embeddings = await client(base).embeddings.create({ model: "ai/tiny", input: ["one", "two"] });
-    expect(embeddings.data).toHaveLength(2);
-    expect(embeddings.data[0]!.embedding).toHaveLength(64);
+  // B14.2: a model that declares no pooling answered llama-server's 400 "Pooling type 'none' is not OAI compatible".
+  it.each(["ai/tiny", "ai/embedder"])("embeds one string and a batch with %s", async (model) => {
+    const one = await client(base).embeddings.create({ model, input: "one" });
+    expect(one.data).toHaveLength(1);
+    expect(one.data[0]!.embedding).toHaveLength(64);
+    const batch = await client(base).embeddings.create({ model, input: ["one", "two", "three"] });
+    expect(batch.data.map((d) => d.index)).toEqual([0, 1, 2]);
+    expect(batch.data.every((d) => d.embedding.length === 64 && d.embedding.every(Number.isFinite))).toBe(true);
+  });
+
+  // B14.4: answers named the model by the runner's alias (`<id>-completion-1`), which changes on every reload.
+  it("names the model in answers as it is known, not by the runner, in streamed chunks too", async () => {
+    const name = (await client(base).models.list()).data.find((m) => m.id.endsWith("ai/tiny:latest"))!.id;
+    const chat = await client(base).chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+    expect(chat.model).toBe(name);
+    const completion = await client(base).completions.create({ model: "ai/tiny", prompt: "a", max_tokens: 2 });
+    expect(completion.model).toBe(name);
+    const stream = await client(base).chat.completions.create({ model: "ai/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3, ...NO_EARLY_STOP, stream: true });
+    for await (const chunk of stream) expect(chunk.model).toBe(name);
   });
 });

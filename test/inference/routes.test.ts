@@ -20,7 +20,7 @@ function handler(deletedAfterLookup: boolean) {
     start: async () => {
       throw new Error("model file not found: /gone/tiny.gguf");
     },
-    settings: { get: async () => ({}), update: async () => ({}) },
+    settings: { get: async () => ({}), all: async () => ({}), update: async () => ({}) },
     limits: { maxRunners: 1, slots: 1, queueDepth: 1, keepAlive: "5m" },
   });
   return routeTable(inferenceRoutes({ store, scheduler, metrics: createMetrics(), bodyLimit: 65536 }));

@@ -1,6 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { refuseFlags } from "../../src/scheduler/flags.ts";
-import { keepAliveMs, pickEviction, type RunnerView } from "../../src/scheduler/policy.ts";
+import { embeddingPooling, keepAliveMs, pickEviction, type RunnerView } from "../../src/scheduler/policy.ts";
+import type { PoolingType } from "../../sidecar/spec.ts";
+import type { ModelRef } from "../../src/scheduler/types.ts";
 
 const view = (key: string, lastUsed: number, busy = false, stopping = false): RunnerView => ({ key, lastUsed, busy, stopping });
 
@@ -52,5 +54,25 @@ describe("refuseFlags", () => {
     [["--seed", "~root"], 'flag values may not be paths ("~root")'],
   ])("%j", (flags, reason) => {
     expect(refuseFlags(flags)).toBe(reason);
+  });
+});
+
+describe("embeddingPooling (B14.2: chat models declare no pooling, and llama-server refuses OpenAI embeddings without one)", () => {
+  const model = (gguf: Record<string, string>, architecture?: string): ModelRef => ({
+    id: "sha256:m",
+    tags: ["ai/m:latest"],
+    ggufPath: "m.gguf",
+    config: { ...(architecture ? { architecture } : {}), gguf },
+  });
+  it.each<[string, ModelRef, PoolingType | undefined, PoolingType | undefined]>([
+    ["no pooling key: mean", model({ "general.architecture": "llama" }), undefined, "mean"],
+    ["declared none (0): mean", model({ "qwen2.pooling_type": "0" }, "qwen2"), undefined, "mean"],
+    ["declared unspecified (-1): mean", model({ "general.architecture": "bert", "bert.pooling_type": "-1" }), undefined, "mean"],
+    ["declared mean: its own (no flag)", model({ "general.architecture": "bert", "bert.pooling_type": "1" }), undefined, undefined],
+    ["declared cls: its own (no flag)", model({ "bert.pooling_type": "2" }, "bert"), undefined, undefined],
+    ["configured wins over the header", model({ "bert.pooling_type": "2" }, "bert"), "last", "last"],
+    ["no header at all: mean", { id: "sha256:m", tags: [], ggufPath: "m.gguf" }, undefined, "mean"],
+  ])("%s", (_, m, configured, expected) => {
+    expect(embeddingPooling(m, configured)).toBe(expected);
   });
 });

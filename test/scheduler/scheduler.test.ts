@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { HttpError } from "../../src/http/errors.ts";
 import { createScheduler, type SchedulerLimits } from "../../src/scheduler/scheduler.ts";
 import type { ModelSettings, SettingsStore } from "../../src/scheduler/settings.ts";
-import type { ModelRef, RunnerSpec } from "../../src/scheduler/types.ts";
+import { modelName, type ModelRef, type RunnerSpec } from "../../src/scheduler/types.ts";
 import { fakeStarter, tick } from "./fake-runner.ts";
 
 const model = (name: string): ModelRef => ({ id: `sha256:${name}`, tags: [`ai/${name}:latest`], ggufPath: `${name}.gguf` });
@@ -14,6 +14,7 @@ function memorySettings(initial: Record<string, ModelSettings> = {}): SettingsSt
   const all = { ...initial };
   return {
     get: async (id) => all[id] ?? {},
+    all: async () => ({ ...all }),
     update: async (id, changes) => (all[id] = { ...all[id], ...changes }),
   };
 }
@@ -199,10 +200,12 @@ describe("scheduler", () => {
     await flush();
     expect(pending[0]!.spec).toEqual({
       name: "a-embedding-1",
+      alias: modelName(A),
       modelPath: "a.gguf",
       mode: "embedding",
       contextSize: 2048,
       parallel: 3,
+      pooling: "mean",
       extraArgs: ["--threads-http", "11", "--threads", "1"],
     });
   });

@@ -2,13 +2,15 @@
 // llama-server on a real model without downloading one. Same seed, same bytes.
 //
 // Shape: byte-level vocabulary of 259 tokens (<unk>, <s>, </s>, <0x00>..<0xFF>), 2 blocks,
-// embedding length 64, 4 heads, feed-forward 128, context 512, mean pooling, every tensor f32
-// (~0.5 MB).
+// embedding length 64, 4 heads, feed-forward 128, context 512, every tensor f32 (~0.5 MB). Like
+// most chat models it declares no pooling type unless asked to (as embedding models do).
 import { writeFile } from "node:fs/promises";
 
 export interface TinyGgufOptions {
   /** PRNG seed for the weights; the default gives the same file every time. */
   seed?: number;
+  /** Declare `llama.pooling_type` mean, as an embedding model does; default: no pooling key. */
+  meanPooling?: boolean;
 }
 
 const GGUF_VERSION = 3;
@@ -58,7 +60,7 @@ function vocabulary(): { tokens: string[]; types: number[] } {
   return { tokens, types };
 }
 
-function metadata(): Array<[string, MetaValue]> {
+function metadata(meanPooling: boolean): Array<[string, MetaValue]> {
   const { tokens, types } = vocabulary();
   return [
     ["general.architecture", { type: T_STRING, value: "llama" }],
@@ -73,8 +75,7 @@ function metadata(): Array<[string, MetaValue]> {
     ["llama.rope.dimension_count", u32(N_EMBD / N_HEAD)],
     ["llama.attention.layer_norm_rms_epsilon", { type: T_FLOAT32, value: 1e-5 }],
     ["llama.vocab_size", u32(tokens.length)],
-    // Mean pooling, as embedding models declare theirs, so an embedding runner needs no --pooling.
-    ["llama.pooling_type", u32(POOLING_MEAN)],
+    ...(meanPooling ? [["llama.pooling_type", u32(POOLING_MEAN)] as [string, MetaValue]] : []),
     ["tokenizer.ggml.model", { type: T_STRING, value: "llama" }],
     ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
     ["tokenizer.ggml.scores", { type: T_ARRAY, of: T_FLOAT32, value: tokens.map(() => 0) }],
@@ -199,7 +200,7 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
 
 /** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
 export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
-  const meta = metadata();
+  const meta = metadata(options.meanPooling ?? false);
   const list = tensors(vocabulary().tokens.length);
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
