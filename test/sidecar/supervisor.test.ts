@@ -105,7 +105,8 @@ describe("a completion runner on the tiny model", () => {
 
 describe("supervisor", () => {
   it("runs an embedding runner that answers /v1/embeddings", async () => {
-    const sidecar = await start({ name: "embed", mode: "embedding" });
+    // The tiny model declares no pooling (as chat models): the scheduler would choose mean.
+    const sidecar = await start({ name: "embed", mode: "embedding", pooling: "mean" });
     const response = await post(sidecar, "/v1/embeddings", { input: ["hello", "world"] });
     expect(response.status).toBe(200);
     const body = (await response.json()) as { data: { embedding: number[] }[] };
