@@ -1,6 +1,7 @@
 import { rmSync } from "node:fs";
 import { removeSocket } from "../src/runtime/socket-file.ts";
 import type { ChildProcess } from "../src/runtime/types.ts";
+import { isRunning } from "./alive.ts";
 import { explainExit, SidecarError } from "./errors.ts";
 import { pollUntilHealthy } from "./health.ts";
 import { pump, type RunnerOutput } from "./output.ts";
@@ -22,6 +23,8 @@ export interface Sidecar {
    * its last output turned into one clear line. Never settles after a stop() we asked for.
    */
   readonly exited: Promise<Error>;
+  /** Whether the process runs at this moment (asked of the OS, so a death shows before `exited` settles). */
+  running(): boolean;
   /** SIGTERM, then SIGKILL after the grace period; resolves once the process and its files are gone. */
   stop(): Promise<void>;
   /** The last few KiB of the runner's output. */
@@ -61,6 +64,7 @@ export class SidecarProcess implements Sidecar {
   readonly #gone: Promise<SidecarError | undefined>;
   #state: SidecarState = "starting";
   #stopping: Promise<void> | undefined;
+  #exitSeen = false;
 
   constructor(parts: SidecarParts) {
     this.#parts = parts;
@@ -84,6 +88,10 @@ export class SidecarProcess implements Sidecar {
     return this.#parts.output.tail();
   }
 
+  running(): boolean {
+    return !this.#exitSeen && isRunning(this.pid);
+  }
+
   /** The only place the state changes. */
   #transition(to: SidecarState): void {
     if (!NEXT[this.#state].includes(to)) throw new Error(`runner ${this.name}: ${this.#state} -> ${to}`);
@@ -94,6 +102,7 @@ export class SidecarProcess implements Sidecar {
     const { child, output } = this.#parts;
     const drained = Promise.all([pump(child.stdout, output), pump(child.stderr, output)]);
     const exit = await child.exited;
+    this.#exitSeen = true;
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([drained, new Promise((resolve) => (timer = setTimeout(resolve, DRAIN_MS)))]);
     clearTimeout(timer);

@@ -9,25 +9,27 @@ import type { Lease } from "../scheduler/runner.ts";
 /** Headers that describe one connection, not the message: never copied across the proxy. */
 const HOP_BY_HOP = ["connection", "keep-alive", "transfer-encoding", "content-encoding", "content-length"];
 
-/** How long to wait for a failed runner's exit reason before answering without it. */
+/** How long to wait for a dead runner's exit reason (its pipes drain) before answering without it. */
 const EXIT_REASON_WAIT_MS = 1000;
 
-export type Forwarded = { lease: Lease; model: string; path: string; body: Uint8Array<ArrayBuffer>; request: Request };
+export type Forwarded = {
+  lease: Lease;
+  model: string;
+  path: string;
+  body: Uint8Array<ArrayBuffer>;
+  request: Request;
+  /** The client asked for an SSE stream (`"stream": true`). */
+  stream: boolean;
+};
 
 export async function forward(forwarded: Forwarded): Promise<Response> {
-  const { lease, model, path, body, request } = forwarded;
+  const { lease, model, request } = forwarded;
   let upstream: Response;
   try {
-    upstream = await lease.fetch(`http://runner${path}`, {
-      method: "POST",
-      headers: { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" },
-      body,
-      signal: request.signal,
-    });
+    upstream = await send(forwarded);
   } catch (error) {
     lease.release();
-    if (request.signal.aborted) throw clientGone();
-    throw runnerFailed(model, await exitReason(lease, error));
+    throw error;
   }
   const headers = new Headers(upstream.headers);
   // The body is relayed as decoded bytes: the runner's length and encoding no longer describe it.
@@ -97,12 +99,41 @@ export function relay(
   );
 }
 
+/**
+ * Sends the request; an error before any answer is retried once when the runner still runs.
+ *
+ * llama-server closes a connection after a streamed answer although it announced keep-alive (and
+ * any idle one after its keep-alive timeout), so a pooled connection may be dead when the next
+ * request takes it: that request fails at once, never having reached the runner. Streams are sent
+ * with `Connection: close`, so their connection is never pooled; what remains (a keep-alive timeout
+ * racing a new request) is retried once. A retry cannot run a generation twice: a connection the
+ * runner had already closed delivered nothing it read; and had it read the request, llama-server
+ * cancels a task whose connection closes before its answer, so no second answer could come of it.
+ * A runner that died is not retried: its death is the answer, at once.
+ */
+async function send({ lease, model, path, body, request, stream }: Forwarded): Promise<Response> {
+  const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
+  if (stream) headers.connection = "close";
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal: request.signal });
+    } catch (error) {
+      if (request.signal.aborted) throw clientGone();
+      if (attempt === 0 && lease.running()) continue;
+      throw runnerFailed(model, await exitReason(lease, error));
+    }
+  }
+}
+
+/** Why the runner failed: its exit, if it died (waited for briefly: it comes with its pipes), else the error. */
 async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
+  const lost = `lost the connection (${describe(fetchError)})`;
+  if (lease.running()) return lost;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const later = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), EXIT_REASON_WAIT_MS)));
   const exit = await Promise.race([lease.exited, later]);
   clearTimeout(timer);
-  return exit ? describe(exit) : `lost the connection (${describe(fetchError)})`;
+  return exit ? describe(exit) : lost;
 }
 
 function sseError(error: HttpError): Uint8Array {

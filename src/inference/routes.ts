@@ -54,7 +54,8 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
 
 async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request): Promise<Response> {
   const body = await readBody(request, deps.bodyLimit);
-  const requested = requestedModel(endpoint, parseJson(body));
+  const json = parseJson(body);
+  const requested = requestedModel(endpoint, json);
   const model = await resolveOr404(deps.store, requested);
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch(async (error) => {
     if (request.signal.aborted) throw clientGone();
@@ -63,7 +64,8 @@ async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request):
     if (isLoadFailure(error) && !(await deps.store.resolve(model.id))) throw modelNotFound(requested);
     throw error;
   });
-  return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request });
+  const stream = (json as { stream?: unknown }).stream === true;
+  return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request, stream });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";

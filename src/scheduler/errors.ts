@@ -32,5 +32,8 @@ export const badSettingsFile = (file: string, reason: string) =>
 export class RunnerGone extends Error {}
 
 export function describe(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
+  if (!(cause instanceof Error)) return String(cause);
+  // undici says only "fetch failed"; the socket's error code is in its cause.
+  const code = (cause.cause as { code?: unknown } | undefined)?.code;
+  return typeof code === "string" && !cause.message.includes(code) ? `${cause.message}: ${code}` : cause.message;
 }

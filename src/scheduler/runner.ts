@@ -20,6 +20,8 @@ export interface Lease {
   readonly fetch: typeof fetch;
   /** Why the runner ended, once it has (for the error a client gets). */
   readonly exited: Promise<Error>;
+  /** Whether the runner's process runs at this moment. */
+  running(): boolean;
   release(): void;
 }
 
@@ -198,6 +200,7 @@ export class Runner {
     return {
       fetch: process.fetch,
       exited: process.exited,
+      running: () => process.running(),
       release: () => {
         if (released) return;
         released = true;

@@ -13,6 +13,8 @@ export interface RunnerProcess {
   fetch: typeof fetch;
   /** Settles with the reason when the process ends on its own (never after a stop we asked for). */
   exited: Promise<Error>;
+  /** Whether the process runs at this moment (a death shows here before `exited` settles). */
+  running(): boolean;
   stop(): Promise<void>;
 }
 

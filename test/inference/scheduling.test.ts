@@ -90,6 +90,8 @@ describe("scheduling", () => {
     const answer = await pending;
     expect(answer.status).toBe(502);
     expect(answer.json().error).toMatchObject({ type: "upstream_error", code: "runner_failed" });
+    // The death itself is named (seen from the OS at once), not a lost connection.
+    expect(answer.json().error.message).toMatch(/SIGKILL/);
     expect((await ask(tcp(), "POST", CHAT, chat("ai/beta"))).status).toBe(200);
   });
 

@@ -12,17 +12,19 @@ export function fakeStarter(fetchFor?: (spec: RunnerSpec) => typeof fetch) {
   const start: StartRunner = (spec, signal) =>
     new Promise((resolve, reject) => {
       let settleExit!: (error: Error) => void;
+      let crashed = false;
       const exited = new Promise<Error>((r) => (settleExit = r));
       const process: FakeProcess = {
         spec,
         stopped: false,
         fetch: fetchFor?.(spec) ?? ((async () => new Response("ok")) as unknown as typeof fetch),
         exited,
+        running: () => !crashed,
         // Like the real sidecar: `exited` does not settle after a stop we asked for.
         async stop() {
           process.stopped = true;
         },
-        crash: (message) => settleExit(new Error(message)),
+        crash: (message) => ((crashed = true), settleExit(new Error(message))),
       };
       signal?.addEventListener("abort", () => reject(signal.reason));
       pending.push({
