@@ -63,6 +63,8 @@ const Settings = z.object({
   INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
   INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
   INFERENCE_QUEUE_DEPTH: z.coerce.number().int().nonnegative().default(64),
+  // Compute threads per runner; unset: the CPU cores shared among the runners loaded.
+  INFERENCE_THREADS: z.coerce.number().int().min(1).max(1024).optional(),
   INFERENCE_KEEP_ALIVE: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"').default("5m"),
   INFERENCE_BODY_LIMIT: z.coerce.number().int().positive().default(10 * 1024 * 1024),
   INFERENCE_READY_TIMEOUT_MS: z.coerce.number().int().positive().default(300_000),
@@ -116,6 +118,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       maxRunners: s.INFERENCE_MAX_RUNNERS,
       slots: s.INFERENCE_SLOTS,
       queueDepth: s.INFERENCE_QUEUE_DEPTH,
+      threads: s.INFERENCE_THREADS,
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,

@@ -37,6 +37,7 @@ const ConfigureBody = z.looseObject({
   // -1: DMR's "no limit", here the model's own trained context (0 to llama-server).
   "context-size": z.number().int().min(-1).optional(),
   slots: z.number().int().min(1).max(64).optional(),
+  threads: z.number().int().min(1).max(1024).optional(),
   "runtime-flags": z.array(z.string()).optional(),
   // One string split as a shell would; DMR reads it only when runtime-flags is empty.
   "raw-runtime-flags": z.string().optional(),
@@ -69,6 +70,7 @@ const psEntry = (r: RunnerInfo) => ({
   waiting: r.waiting,
   last_used: new Date(r.lastUsed).toISOString(),
   keep_alive: r.keepAlive,
+  threads: r.threads,
 });
 
 export function engineRoutes(deps: EngineDeps): Route[] {
@@ -115,6 +117,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     return {
       contextSize: contextSize === -1 ? 0 : contextSize,
       slots: body.slots,
+      threads: body.threads,
       keepAlive: body.keep_alive === undefined ? undefined : String(body.keep_alive),
       runtimeFlags: body["runtime-flags"]?.length ? body["runtime-flags"] : splitFlags(body["raw-runtime-flags"]),
       pooling: body.pooling,
@@ -170,6 +173,7 @@ const publicSettings = (s: ModelSettings) =>
   dropUndefined({
     "context-size": s.contextSize,
     slots: s.slots,
+    threads: s.threads,
     keep_alive: s.keepAlive,
     "runtime-flags": s.runtimeFlags,
     pooling: s.pooling,

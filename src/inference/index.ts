@@ -5,6 +5,7 @@ import type { Route } from "../http/router.ts";
 import type { ModelStore } from "../models/index.ts";
 import type { Runtime } from "../runtime/types.ts";
 import { createScheduler, type Scheduler } from "../scheduler/scheduler.ts";
+import { cpuBudget } from "../scheduler/cpu.ts";
 import { createSettingsStore } from "../scheduler/settings.ts";
 import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
@@ -23,7 +24,14 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
   const scheduler = createScheduler({
     start: launcher.start,
     settings,
-    limits: { maxRunners: config.maxRunners, slots: config.slots, queueDepth: config.queueDepth, keepAlive: config.keepAlive },
+    limits: {
+      maxRunners: config.maxRunners,
+      slots: config.slots,
+      queueDepth: config.queueDepth,
+      keepAlive: config.keepAlive,
+      cpuCores: cpuBudget(),
+      ...(config.threads ? { threads: config.threads } : {}),
+    },
     observe: metrics.observer,
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.

@@ -48,6 +48,9 @@ export type RunnerOptions = {
   /** As configured ("5m", "0", "-1"), and in milliseconds (Infinity: never). */
   keepAlive: string;
   keepAliveMs: number;
+  /** llama-server's compute threads, and whether they were set (else a share of the cores). */
+  threads: number;
+  threadsFixed: boolean;
 };
 
 /** How long a runner may take to answer a scrape before it is left out. */

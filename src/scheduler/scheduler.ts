@@ -1,6 +1,6 @@
 import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
-import { embeddingPooling, keepAliveMs, pickEviction, runnerKey } from "./policy.ts";
+import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
@@ -18,6 +18,10 @@ export type SchedulerLimits = {
   queueDepth: number;
   /** Default keep-alive, e.g. "5m". */
   keepAlive: string;
+  /** CPU cores the runners share (affinity and cgroup quota). */
+  cpuCores: number;
+  /** Threads per runner, fixed; default: the cores shared among the runners loaded. */
+  threads?: number;
 };
 
 export type SchedulerDeps = {
@@ -43,6 +47,7 @@ export type RunnerInfo = {
   waiting: number;
   lastUsed: number;
   keepAlive: string;
+  threads: number;
 };
 
 export interface Scheduler {
@@ -85,7 +90,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const events: RunnerEvents = {
     idle: notifyCapacity,
     expired: (runner) => void unloadRunner(runner),
-    loaded: (runner, ms) => deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms),
+    loaded(runner, ms) {
+      deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms);
+      rebalance();
+    },
     loadFailed: (runner) => deps.observe?.loadFailed?.(runner.options.model, runner.options.mode),
     gone(runner, crashed) {
       if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
@@ -99,6 +107,25 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
     leaving.add(runner);
     return runner.stop();
+  }
+
+  /** Takes a runner out of service: it finishes what it serves and has queued; new requests get a fresh one. */
+  function replace(runner: Runner): void {
+    if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
+    leaving.add(runner);
+    runner.drain();
+  }
+
+  /**
+   * The cores are shared among the runners loaded: one whose automatic thread count is above its
+   * share now that another runner joined is replaced (it finishes its requests first; the next
+   * request loads it with its share). A lasting oversubscription costs far more than one reload.
+   */
+  function rebalance(): void {
+    const share = threadShare(deps.limits.cpuCores, active.size);
+    for (const runner of [...active.values()]) {
+      if (runner.state === "ready" && !runner.options.threadsFixed && runner.options.threads > share) replace(runner);
+    }
   }
 
   function waitForCapacity(signal?: AbortSignal): Promise<void> {
@@ -126,7 +153,9 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const views = [...active.values(), ...leaving].map((r) => ({
         key: r.options.key,
         busy: r.busy,
-        stopping: leaving.has(r),
+        // A replaced runner still serving (draining) frees its room only when its requests end,
+        // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
+        stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
         lastUsed: r.lastUsed,
       }));
       const plan = pickEviction(views, deps.limits.maxRunners);
@@ -140,13 +169,17 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   function launch(model: ModelRef, mode: Mode, settings: ModelSettings): Runner {
     const slots = settings.slots ?? deps.limits.slots;
     const keepAlive = settings.keepAlive ?? deps.limits.keepAlive;
+    const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
+    const threads = fixedThreads ?? threadShare(deps.limits.cpuCores, active.size + 1);
     const options = {
       key: runnerKey(model.id, mode),
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, slots, ++serial),
+      spec: runnerSpec(model, mode, settings, { slots, threads }, ++serial),
       slots,
+      threads,
+      threadsFixed: fixedThreads !== undefined,
       queueDepth: deps.limits.queueDepth,
       keepAlive,
       keepAliveMs: keepAliveMs(keepAlive),
@@ -165,6 +198,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     waiting: runner.waiting,
     lastUsed: runner.lastUsed,
     keepAlive: runner.options.keepAlive,
+    threads: runner.options.threads,
   });
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
@@ -207,11 +241,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       }
     },
     reload(model) {
-      for (const runner of ofModel(model)) {
-        active.delete(runner.options.key);
-        leaving.add(runner);
-        runner.drain();
-      }
+      for (const runner of ofModel(model)) replace(runner);
     },
     async scrape(path) {
       // Runners not ready (or gone meanwhile) answer undefined and are left out.
@@ -232,7 +262,13 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 }
 
 /** What the sidecar starts for a model in a mode with its settings. */
-export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings, slots: number, serial: number): RunnerSpec {
+export function runnerSpec(
+  model: ModelRef,
+  mode: Mode,
+  settings: ModelSettings,
+  { slots, threads }: { slots: number; threads: number },
+  serial: number,
+): RunnerSpec {
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
   return {
     // Names the runner's socket and log: unique, even while a reloaded runner still drains.
@@ -248,7 +284,15 @@ export function runnerSpec(model: ModelRef, mode: Mode, settings: ModelSettings,
     // llama-server serves each keep-alive connection on one HTTP thread until it closes: with
     // fewer threads than our open connections (a slot each, plus metrics), a request would wait
     // for another connection's keep-alive to time out. The model's own flags come after and win.
-    extraArgs: ["--threads-http", String(slots + HTTP_THREADS_SPARE), ...settingFlags(settings), ...(settings.runtimeFlags ?? [])],
+    // Compute threads: the runner's share of the cores (batch threads follow: same as --threads).
+    extraArgs: [
+      "--threads",
+      String(threads),
+      "--threads-http",
+      String(slots + HTTP_THREADS_SPARE),
+      ...settingFlags(settings),
+      ...(settings.runtimeFlags ?? []),
+    ],
   };
 }
 

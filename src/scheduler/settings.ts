@@ -13,6 +13,8 @@ export const ModelSettings = z.object({
   contextSize: z.number().int().nonnegative().optional(),
   slots: z.number().int().min(1).max(64).optional(),
   keepAlive: z.string().regex(KEEP_ALIVE_PATTERN).optional(),
+  /** Compute threads of the model's runners; default: a share of the cores. */
+  threads: z.number().int().min(1).max(1024).optional(),
   /** llama-server's `--reasoning-budget`: -1 unrestricted, 0 no thinking. */
   reasoningBudget: z.number().int().min(-1).optional(),
   /** Speculative decoding with a draft model of the store, resolved to its weights when configured. */

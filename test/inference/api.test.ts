@@ -110,6 +110,7 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
       waiting: 0,
       last_used: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
       keep_alive: "5m",
+      threads: expect.any(Number),
     });
     const metrics = await ask(unix(), "GET", `${P}/metrics`);
     expect(metrics.headers["content-type"]).toMatch(/^text\/plain/);

@@ -98,6 +98,9 @@ function startRunnerService(runtime: RuntimeName, dir: string, registry: Registr
       INFERENCE_RUNTIME_DIR: join(dir, "run"),
       INFERENCE_LOG_DIR: join(dir, "logs"),
       INFERENCE_SETTINGS_PATH: join(dir, "engine-settings.json"),
+      // One compute thread per runner, as the cores' share gives each of two runners here: a second
+      // runner then never replaces the first (tests of sharing the cores unset this).
+      INFERENCE_THREADS: "1",
       ...env,
     },
     ready: [/model runner service listening on http:\/\/[\d.]+:\d+/, /model runner service listening on unix:/],

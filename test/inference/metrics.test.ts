@@ -13,6 +13,7 @@ const runner = (model: string, waiting: number, inUse: number): RunnerInfo => ({
   waiting,
   lastUsed: 0,
   keepAlive: "5m",
+  threads: 1,
 });
 
 const exposition = (value: number) =>

@@ -21,7 +21,7 @@ function handler(deletedAfterLookup: boolean) {
       throw new Error("model file not found: /gone/tiny.gguf");
     },
     settings: { get: async () => ({}), all: async () => ({}), update: async () => ({}) },
-    limits: { maxRunners: 1, slots: 1, queueDepth: 1, keepAlive: "5m" },
+    limits: { maxRunners: 1, slots: 1, queueDepth: 1, keepAlive: "5m", cpuCores: 2 },
   });
   return routeTable(inferenceRoutes({ store, scheduler, metrics: createMetrics(), bodyLimit: 65536 }));
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { refuseFlags } from "../../src/scheduler/flags.ts";
-import { embeddingPooling, keepAliveMs, pickEviction, type RunnerView } from "../../src/scheduler/policy.ts";
+import { cgroupCpuLimit } from "../../src/scheduler/cpu.ts";
+import { embeddingPooling, keepAliveMs, pickEviction, threadShare, threadsInFlags, type RunnerView } from "../../src/scheduler/policy.ts";
 import type { PoolingType } from "../../sidecar/spec.ts";
 import type { ModelRef } from "../../src/scheduler/types.ts";
 
@@ -74,5 +75,41 @@ describe("embeddingPooling (B14.2: chat models declare no pooling, and llama-ser
     ["no header at all: mean", { id: "sha256:m", tags: [], ggufPath: "m.gguf" }, undefined, "mean"],
   ])("%s", (_, m, configured, expected) => {
     expect(embeddingPooling(m, configured)).toBe(expected);
+  });
+});
+
+describe("threads (B17.2)", () => {
+  it.each([
+    [2, 1, 2],
+    [2, 2, 1],
+    [2, 3, 1],
+    [16, 3, 5],
+    [1, 0, 1],
+  ])("threadShare(%i cores, %i runners) = %i", (cores, runners, share) => {
+    expect(threadShare(cores, runners)).toBe(share);
+  });
+
+  it.each<[string[] | undefined, number | undefined]>([
+    [undefined, undefined],
+    [["--temp", "1"], undefined],
+    [["-t", "3"], 3],
+    [["--threads=4", "--seed", "1"], 4],
+    [["--threads", "2", "--threads", "6"], 6],
+    [["--threads-batch", "8"], undefined],
+    [["--threads", "-1"], undefined],
+  ])("threadsInFlags(%j) = %j", (flags, threads) => {
+    expect(threadsInFlags(flags)).toBe(threads);
+  });
+
+  it.each<[string, Parameters<typeof cgroupCpuLimit>[0], number | undefined]>([
+    ["v2, no limit", { cpuMax: "max 100000\n" }, undefined],
+    ["v2, 1.5 cpus", { cpuMax: "150000 100000\n" }, 2],
+    ["v2, 4 cpus", { cpuMax: "400000 100000" }, 4],
+    ["v1, no limit", { v1Quota: "-1\n", v1Period: "100000\n" }, undefined],
+    ["v1, 2 cpus", { v1Quota: "200000", v1Period: "100000" }, 2],
+    ["v1, half a cpu", { v1Quota: "50000", v1Period: "100000" }, 1],
+    ["nothing readable", {}, undefined],
+  ])("cgroupCpuLimit: %s", (_, files, limit) => {
+    expect(cgroupCpuLimit(files)).toBe(limit);
   });
 });

@@ -29,7 +29,8 @@ function setup(limits: Partial<SchedulerLimits> = {}, settings = memorySettings(
   const scheduler = createScheduler({
     start: fake.start,
     settings,
-    limits: { maxRunners: 2, slots: 1, queueDepth: 1, keepAlive: "5m", ...limits },
+    // Fixed threads by default: only the thread tests below share the cores (and replace runners).
+    limits: { maxRunners: 2, slots: 1, queueDepth: 1, keepAlive: "5m", cpuCores: 4, threads: 1, ...limits },
   });
   /** A lease on the model's runner, its load (if one starts) let through. */
   const leaseLoaded = async (model: ModelRef, mode: "completion" | "embedding" = "completion") => {
@@ -206,7 +207,7 @@ describe("scheduler", () => {
       contextSize: 2048,
       parallel: 3,
       pooling: "mean",
-      extraArgs: ["--threads-http", "11", "--threads", "1"],
+      extraArgs: ["--threads", "1", "--threads-http", "11", "--threads", "1"],
     });
   });
 
@@ -233,6 +234,52 @@ describe("scheduler", () => {
     await flush();
     expect(started[0]!.stopped).toBe(true);
     (await fresh).release();
+  });
+
+  const threadsOf = (spec: RunnerSpec) => Number(spec.extraArgs![spec.extraArgs!.indexOf("--threads") + 1]);
+
+  it("B17.2: shares the cores among the runners loaded; a runner above its new share is replaced after its requests", async () => {
+    const { scheduler, started, leaseLoaded } = setup({ cpuCores: 2, threads: undefined });
+    const first = await leaseLoaded(A);
+    expect(threadsOf(started[0]!.spec)).toBe(2);
+    (await leaseLoaded(B)).release();
+    expect(threadsOf(started[1]!.spec)).toBe(1);
+    // A serves on with its two threads until its request ends; then it stops, and A loads with one.
+    await flush();
+    expect(started[0]!.stopped).toBe(false);
+    first.release();
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    (await leaseLoaded(A)).release();
+    expect(threadsOf(started[2]!.spec)).toBe(1);
+    expect(scheduler.runners().map((r) => [r.model, r.threads]).sort()).toEqual([["ai/a:latest", 1], ["ai/b:latest", 1]]);
+    expect(started[1]!.stopped).toBe(false);
+  });
+
+  it("B17.2: a replaced runner still serving does not hold up a load: an idle runner is unloaded instead", async () => {
+    const { scheduler, started, leaseLoaded } = setup({ cpuCores: 2, threads: undefined });
+    const long = await leaseLoaded(A);
+    (await leaseLoaded(B)).release(); // A is replaced, but serves on
+    await flush();
+    (await leaseLoaded(C)).release();
+    expect(started.map((p) => [p.spec.modelPath, p.stopped])).toEqual([["a.gguf", false], ["b.gguf", true], ["c.gguf", false]]);
+    long.release();
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    expect(scheduler.runners().map((r) => r.model)).toEqual(["ai/c:latest"]);
+  });
+
+  it.each<[string, Partial<SchedulerLimits>, ModelSettings]>([
+    ["the model's threads setting", { threads: undefined }, { threads: 2 }],
+    ["the model's --threads flag", { threads: undefined }, { runtimeFlags: ["--threads=2"] }],
+    ["the global setting", { threads: 2 }, {}],
+  ])("B17.2: threads fixed by %s are kept and never replaced", async (_, limits, settings) => {
+    const { started, leaseLoaded } = setup({ cpuCores: 2, ...limits }, memorySettings({ [A.id]: settings, [B.id]: settings }));
+    (await leaseLoaded(A)).release();
+    (await leaseLoaded(B)).release();
+    await flush();
+    expect(started.map((p) => threadsOf(p.spec))).toEqual([2, 2]);
+    expect(started.map((p) => p.stopped)).toEqual([false, false]);
   });
 
   it("B2: an idle runner is leased in the step that finds it, so a request for another model cannot evict it first", async () => {
