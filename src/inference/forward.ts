@@ -1,5 +1,6 @@
 import { HttpError } from "../http/errors.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
+import { unlessAborted } from "../scheduler/abort.ts";
 import type { Lease } from "../scheduler/runner.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
@@ -40,7 +41,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   }
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
   if (!headers.get("content-type")?.startsWith("text/event-stream")) return new Response(await whole(upstream, forwarded), init);
-  const relayed = relay(upstream.body, lease.release, async (error) => {
+  const relayed = relay(upstream.body, lease.died, lease.release, async (error) => {
     if (request.signal.aborted) return undefined;
     // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
     return sseError(runnerFailed(model, await exitReason(lease, error)));
@@ -54,7 +55,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
  */
 async function whole(upstream: Response, { lease, model, request }: Forwarded): Promise<ArrayBuffer> {
   try {
-    return await upstream.arrayBuffer();
+    return await unlessAborted(upstream.arrayBuffer(), lease.died);
   } catch (error) {
     if (request.signal.aborted) throw clientGone();
     throw runnerFailed(model, await exitReason(lease, error));
@@ -66,9 +67,11 @@ async function whole(upstream: Response, { lease, model, request }: Forwarded): 
 /**
  * A stream that reads `source` only as fast as the client takes it (high-water mark 0), calls
  * `done` once at its end, on error or on cancel, and may end a failed stream with a last chunk.
+ * `died` fails a pending read: a runtime's body stream may not notice a peer that died.
  */
 export function relay(
   source: ReadableStream<Uint8Array>,
+  died: AbortSignal,
   done: () => void,
   lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
 ): ReadableStream<Uint8Array> {
@@ -78,8 +81,9 @@ export function relay(
       async pull(controller) {
         let chunk: Awaited<ReturnType<typeof reader.read>>;
         try {
-          chunk = await reader.read();
+          chunk = await unlessAborted(reader.read(), died);
         } catch (error) {
+          reader.cancel(error).catch(() => {});
           done();
           const tail = await lastWords(error);
           if (!tail) return controller.error(error);
@@ -116,7 +120,8 @@ async function send({ lease, model, path, body, request, stream }: Forwarded): P
   if (stream) headers.connection = "close";
   for (let attempt = 0; ; attempt++) {
     try {
-      return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal: request.signal });
+      const signal = AbortSignal.any([request.signal, lease.died]);
+      return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
     } catch (error) {
       if (request.signal.aborted) throw clientGone();
       if (attempt === 0 && lease.running()) continue;

@@ -22,6 +22,11 @@ export interface Lease {
   readonly exited: Promise<Error>;
   /** Whether the runner's process runs at this moment. */
   running(): boolean;
+  /**
+   * Aborts when the runner's process ends on its own. Not every runtime's fetch notices a peer that
+   * died in the middle of a body (undici under Deno waits on), so a request listens for this too.
+   */
+  readonly died: AbortSignal;
   release(): void;
 }
 
@@ -68,6 +73,7 @@ export class Runner {
   private readonly waiters: Waiter[] = [];
   private readonly loadAbort = new AbortController();
   private process: RunnerProcess | undefined;
+  private readonly death = new AbortController();
   private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
   private markStopped!: () => void;
 
@@ -176,7 +182,10 @@ export class Runner {
     }
     this.enter("ready");
     this.events.loaded(this, Date.now() - began);
-    void this.process.exited.then(() => this.onExit());
+    void this.process.exited.then((reason) => {
+      this.death.abort(reason);
+      this.onExit();
+    });
     this.grantWaiters();
     this.checkIdle();
   }
@@ -204,6 +213,7 @@ export class Runner {
       fetch: process.fetch,
       exited: process.exited,
       running: () => process.running(),
+      died: this.death.signal,
       release: () => {
         if (released) return;
         released = true;

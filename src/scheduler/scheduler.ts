@@ -1,5 +1,6 @@
 import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { unlessAborted } from "./abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
@@ -310,14 +311,3 @@ function settingFlags({ reasoningBudget, speculative }: ModelSettings): string[]
 
 /** HTTP threads beyond one per slot: metrics scrapes, and connections still closing. */
 const HTTP_THREADS_SPARE = 8;
-
-/** Settles as `work` does, or rejects as soon as `signal` aborts (then `onAbort` runs; `work` goes on). */
-function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefined, onAbort?: () => void): Promise<T> {
-  if (!signal) return work;
-  return new Promise<T>((resolve, reject) => {
-    const abort = () => (onAbort?.(), reject(signal.reason));
-    if (signal.aborted) return abort();
-    signal.addEventListener("abort", abort, { once: true });
-    void work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
-  });
-}

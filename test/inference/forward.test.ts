@@ -16,6 +16,7 @@ function lease(attempts: Array<() => Promise<Response>>, running: () => boolean,
     }) as unknown as typeof fetch,
     exited,
     running,
+    died: new AbortController().signal,
     release: () => void released++,
   };
   return { lease: value, sent, released: () => released };

@@ -127,8 +127,10 @@ async function runnerPids(runDir: string): Promise<number[]> {
   const names = await readdir(runDir).catch(() => [] as string[]);
   const pids: number[] = [];
   for (const name of names.filter((n) => n.endsWith(".pid"))) {
-    const record = JSON.parse(await readFile(join(runDir, name), "utf8")) as { pid: number };
-    if (isAlive(record.pid)) pids.push(record.pid);
+    // A runner that stops between the listing and the read takes its pid file with it.
+    const text = await readFile(join(runDir, name), "utf8").catch(() => undefined);
+    const record = text ? (JSON.parse(text) as { pid: number }) : undefined;
+    if (record && isAlive(record.pid)) pids.push(record.pid);
   }
   return pids;
 }

@@ -3,10 +3,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 import { until } from "../support/until.ts";
 import { ask, openStream } from "../support/http.ts";
-import { busySlots, runnerSocket } from "./runners.ts";
+import { busySlots, runnerPid, runnerSocket } from "./runners.ts";
 
 // The same server under Node and Deno (Bun runs the other files): the openai client chats and
-// streams, and a client that hangs up frees the llama-server slot on these runtimes too.
+// streams, a client that hangs up frees the llama-server slot, and a runner that dies is answered,
+// on these runtimes too.
 
 describe.each(["node", "deno"] as const)("under %s", (runtime) => {
   let stack: Stack;
@@ -37,5 +38,23 @@ describe.each(["node", "deno"] as const)("under %s", (runtime) => {
     expect(await busySlots(runner)).toBe(1);
     stream.hangUp();
     await until(async () => (await busySlots(runner)) === 0, "the slot to be freed");
+  });
+
+  // B17.3, found by the load test: under Deno, undici's body stream never ended when the runner
+  // died mid-answer (an abort did not end it either), so the client waited forever.
+  it("ends a stream whose runner is killed with an SSE error event, and answers 502 JSON when it dies before answering", async () => {
+    const body = { model: "ai/tiny", prompt: "x", max_tokens: 1_000_000, ignore_eos: true };
+    const stream = openStream({ socketPath: stack.socket }, "/exp/vDD4.40/v1/completions", { ...body, stream: true }, 3);
+    await stream.started;
+    process.kill(await runnerPid(stack, "ai/tiny"), "SIGKILL");
+    const text = await stream.ended;
+    expect(text.trimEnd().split("\n\n").at(-1)).toMatch(/^data: \{"error":\{"message":"the runner of model \S+ failed: .*SIGKILL/);
+
+    const plain = ask({ url: stack.url }, "POST", "/v1/completions", body);
+    // A fresh runner loads for it: look for its socket until it serves.
+    await until(async () => (await busySlots(await runnerSocket(stack, "ai/tiny")).catch(() => 0)) === 1, "the generation to start");
+    process.kill(await runnerPid(stack, "ai/tiny"), "SIGKILL");
+    const answer = await plain;
+    expect([answer.status, answer.json().error.code]).toEqual([502, "runner_failed"]);
   });
 });
