@@ -41,7 +41,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   }
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
   if (!headers.get("content-type")?.startsWith("text/event-stream")) return new Response(await whole(upstream, forwarded), init);
-  const relayed = relay(upstream.body, lease.died, lease.release, async (error) => {
+  const relayed = relay(upstream.body, { died: lease.died, clientGone: request.signal }, lease.release, async (error) => {
     if (request.signal.aborted) return undefined;
     // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
     return sseError(runnerFailed(model, await exitReason(lease, error)));
@@ -68,14 +68,27 @@ async function whole(upstream: Response, { lease, model, request }: Forwarded): 
  * A stream that reads `source` only as fast as the client takes it (high-water mark 0), calls
  * `done` once at its end, on error or on cancel, and may end a failed stream with a last chunk.
  * `died` fails a pending read: a runtime's body stream may not notice a peer that died.
+ * `clientGone` ends it at once, read or not: a server adapter does not always cancel the body of a
+ * client that left (the load test caught Node's leaving a few abandoned streams uncancelled, their
+ * slots taken for good, and the queue behind them stuck).
  */
 export function relay(
   source: ReadableStream<Uint8Array>,
-  died: AbortSignal,
+  { died, clientGone }: { died: AbortSignal; clientGone: AbortSignal },
   done: () => void,
   lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
 ): ReadableStream<Uint8Array> {
   const reader = source.getReader();
+  const leave = () => {
+    finish();
+    reader.cancel(clientGone.reason).catch(() => {});
+  };
+  const finish = () => {
+    clientGone.removeEventListener("abort", leave);
+    done();
+  };
+  if (clientGone.aborted) leave();
+  else clientGone.addEventListener("abort", leave, { once: true });
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
@@ -84,18 +97,18 @@ export function relay(
           chunk = await unlessAborted(reader.read(), died);
         } catch (error) {
           reader.cancel(error).catch(() => {});
-          done();
+          finish();
           const tail = await lastWords(error);
           if (!tail) return controller.error(error);
           controller.enqueue(tail);
           return controller.close();
         }
         if (!chunk.done) return controller.enqueue(chunk.value);
-        done();
+        finish();
         controller.close();
       },
       cancel(reason) {
-        done();
+        finish();
         return reader.cancel(reason);
       },
     },

@@ -58,7 +58,10 @@ export async function runLoad(options: LoadOptions): Promise<LoadReport> {
     while (Date.now() < until) {
       const i = serial++;
       const began = Date.now();
-      const outcome = await withDeadline(oneRequest(stack, i), hangMs, () => ({ kind: "hung", problem: `request ${i} hung` }));
+      const outcome = await withDeadline(oneRequest(stack, i), hangMs, () => {
+        if (!problems.some((p) => p.startsWith("runners when"))) void snapshot(stack).then((text) => problems.push(`runners when request ${i} hung: ${text}`));
+        return { kind: "hung", problem: `request ${i} hung (${describeRequest(i)})` };
+      });
       const ended = Date.now();
       latencies.push(ended - began);
       let { kind, problem } = outcome;
@@ -126,6 +129,20 @@ function oneRequest(stack: Stack, i: number): Promise<Outcome> {
   const path = `${prefix}/v1/${chat ? "chat/completions" : "completions"}`;
   const abandon = stream && ((h >>> 20) & 3) === 0;
   return send(target, path, JSON.stringify(body), abandon).then((answer) => classify(answer, stream, abandon));
+}
+
+/** The runners as the server sees them, for the message of a hang. */
+async function snapshot(stack: Stack): Promise<string> {
+  const ps = await fetch(`${stack.url}/engines/ps`).then((r) => r.text(), (e: Error) => e.message);
+  return `${ps} pids ${JSON.stringify(await stack.runnerPids())}`;
+}
+
+/** What request `i` is, for a problem's message. */
+function describeRequest(i: number): string {
+  const h = mix(i);
+  if ((h >>> 8) % 29 === 0) return "bad input";
+  const stream = ((h >> 2) & 1) === 0;
+  return [h & 1 ? "tcp" : "socket", MODELS[(h >> 1) & 1], stream ? "stream" : "plain", ((h >> 3) & 1) === 0 ? "chat" : "completion", stream && ((h >>> 20) & 3) === 0 ? "abandoned" : ""].join(" ").trim();
 }
 
 /** A 32-bit integer hash (lowbias32): every bit depends on every bit of `i`. */
