@@ -4,6 +4,7 @@ import type { Config } from "./config.ts";
 import { createModelStore, modelRoutes } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { createInference } from "./inference/index.ts";
+import type { GuardPolicy } from "./http/guard.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 import { VERSION } from "./version.ts";
 
@@ -12,8 +13,11 @@ import { VERSION } from "./version.ts";
 
 export type Service = {
   name: string;
+  /** The routes, before the guard (in-process tests call it). */
   handler: FetchHandler;
   targets: ListenTarget[];
+  /** Who may call, checked on each listener before any route (see src/http/guard.ts). */
+  policy: GuardPolicy;
   /** Ends what the service started (the model runner's llama-server runners), after its listeners closed. */
   stop?: () => Promise<void>;
 };
@@ -29,6 +33,8 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
         timeoutMs: config.album.photosTimeoutMs,
         clock: systemClock,
       }),
+      // Host and Origin checks as for the model runner; its contract has no API key.
+      policy: { ...config.security, apiKeys: [] },
       targets: [
         { kind: "tcp", hostname: config.album.host, port: config.album.port },
         ...(config.album.socketPath ? [{ kind: "unix" as const, path: config.album.socketPath }] : []),
@@ -65,5 +71,5 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
   const handler = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
-  return { name: "model runner", handler, targets, stop: inference.stop };
+  return { name: "model runner", handler, targets, policy: config.security, stop: inference.stop };
 }

@@ -1,6 +1,8 @@
+import { readFileSync } from "node:fs";
 import { availableParallelism, homedir } from "node:os";
 import { join } from "node:path";
 import * as z from "zod";
+import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
@@ -50,6 +52,19 @@ const Settings = z.object({
   // `none` turns the Unix socket off.
   RUNNER_SOCKET: z.string().default(join(homedir(), ".llamadock", "model-runner.sock")),
   SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
+  // Who may call (see src/http/guard.ts): names besides loopback ones, browser origins besides the
+  // local ones (DMR_ORIGINS and OLLAMA_ORIGINS add to it too), API keys (or a file of them, one a
+  // line, so they stay out of `ps`), paths open without a key.
+  ALLOWED_HOSTS: hostList.default([]),
+  ALLOWED_ORIGINS: z.string().optional(),
+  DMR_ORIGINS: z.string().optional(),
+  OLLAMA_ORIGINS: z.string().optional(),
+  API_KEYS: z.string().optional(),
+  API_KEYS_FILE: z.string().min(1).optional(),
+  OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
+  ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
+  // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
+  ALLOW_REMOTE_MEDIA: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Model management: the store, the registry of names without one, Hugging Face.
   MODELS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "models")),
   DEFAULT_REGISTRY: z.string().regex(/^[\w.-]+(:\d+)?$/, "must be a host[:port]").default("docker.io"),
@@ -94,6 +109,7 @@ function toConfig(s: z.infer<typeof Settings>) {
   return {
     services: s.SERVICES,
     shutdownGraceMs: s.SHUTDOWN_GRACE_MS,
+    security: security(s),
     album: {
       host: s.ALBUM_HOST,
       port: s.ALBUM_PORT,
@@ -121,12 +137,34 @@ function toConfig(s: z.infer<typeof Settings>) {
       threads: s.INFERENCE_THREADS,
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
+      allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
     },
   };
+}
+
+const list = (value: string | undefined) => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+
+function security(s: z.infer<typeof Settings>) {
+  const apiKeys = [...list(s.API_KEYS), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
+  return {
+    allowedHosts: s.ALLOWED_HOSTS,
+    allowedOrigins: [...DEFAULT_ORIGINS, ...list(s.ALLOWED_ORIGINS), ...list(s.DMR_ORIGINS), ...list(s.OLLAMA_ORIGINS)],
+    apiKeys,
+    openPaths: s.OPEN_PATHS,
+    allowUnauthenticatedRemote: s.ALLOW_UNAUTHENTICATED_REMOTE,
+  };
+}
+
+function keysFile(path: string): string[] {
+  try {
+    return readFileSync(path, "utf8").split("\n").map((line) => line.trim()).filter((line) => line && !line.startsWith("#"));
+  } catch (error) {
+    throw new ConfigError(`cannot read API_KEYS_FILE ${path}: ${(error as Error).message}`);
+  }
 }
 
 /** `photos.api.base-url` -> `PHOTOS_API_BASE_URL`, the relaxed binding Spring-style properties use. */
@@ -165,5 +203,12 @@ export function loadConfig(env: Record<string, string | undefined>, argv: string
   }
   const parsed = Settings.safeParse(merged);
   if (!parsed.success) throw new ConfigError(`invalid configuration:\n${z.prettifyError(parsed.error)}`);
-  return toConfig(parsed.data);
+  const config = toConfig(parsed.data);
+  const { runner, security } = config;
+  if (config.services.includes("runner") && !isLoopback(runner.host) && security.apiKeys.length === 0 && !security.allowUnauthenticatedRemote) {
+    throw new ConfigError(
+      `the model runner would listen on ${runner.host} with no API key: set API_KEYS or API_KEYS_FILE (or ALLOW_UNAUTHENTICATED_REMOTE=true to serve anyone who can reach it)`,
+    );
+  }
+  return config;
 }

@@ -44,7 +44,7 @@ describe("config", () => {
 
 describe("Docker Model Runner's setting names", () => {
   it("MODEL_RUNNER_PORT, MODEL_RUNNER_SOCK and a bare MODEL_RUNNER_HOST set the listeners", () => {
-    const config = loadConfig({ MODEL_RUNNER_PORT: "13000", MODEL_RUNNER_SOCK: "/run/dmr.sock", MODEL_RUNNER_HOST: "0.0.0.0" }, []);
+    const config = loadConfig({ MODEL_RUNNER_PORT: "13000", MODEL_RUNNER_SOCK: "/run/dmr.sock", MODEL_RUNNER_HOST: "0.0.0.0", API_KEYS: "k" }, []);
     expect(config.runner).toEqual({ host: "0.0.0.0", port: 13000, socketPath: "/run/dmr.sock" });
     expect(loadConfig({}, ["--model.runner.port=13001"]).runner.port).toBe(13001);
   });
@@ -60,5 +60,29 @@ describe("Docker Model Runner's setting names", () => {
     );
     expect(() => loadConfig({ MODEL_RUNNER_SOCK: "/a.sock" }, ["--runner.socket=/b.sock"])).toThrow(/MODEL_RUNNER_SOCK.*RUNNER_SOCKET/);
     expect(() => loadConfig({ RUNNER_HOST: "127.0.0.1", MODEL_RUNNER_HOST: "0.0.0.0" }, [])).toThrow(/MODEL_RUNNER_HOST.*RUNNER_HOST/);
+  });
+});
+
+describe("security settings", () => {
+  it("refuses to serve the model runner on a non-loopback address without a key, in one line", () => {
+    expect(() => loadConfig({ RUNNER_HOST: "0.0.0.0" }, [])).toThrow(/^the model runner would listen on 0\.0\.0\.0 with no API key: set API_KEYS/);
+    expect(loadConfig({ RUNNER_HOST: "0.0.0.0", API_KEYS: "k1, k2" }, []).security.apiKeys).toEqual(["k1", "k2"]);
+    expect(loadConfig({ RUNNER_HOST: "0.0.0.0", ALLOW_UNAUTHENTICATED_REMOTE: "true" }, []).security.apiKeys).toEqual([]);
+    expect(loadConfig({ RUNNER_HOST: "0.0.0.0", SERVICES: "album" }, []).services).toEqual(["album"]);
+  });
+
+  it("reads keys from API_KEYS_FILE, one a line, and says when it cannot", async () => {
+    const { mkdtempSync, writeFileSync } = await import("node:fs");
+    const { join } = await import("node:path");
+    const { tmpdir } = await import("node:os");
+    const file = join(mkdtempSync(join(tmpdir(), "keys-")), "keys");
+    writeFileSync(file, "# team keys\nalpha\n\n beta \n");
+    expect(loadConfig({ API_KEYS: "gamma", API_KEYS_FILE: file }, []).security.apiKeys).toEqual(["gamma", "alpha", "beta"]);
+    expect(() => loadConfig({ API_KEYS_FILE: `${file}.missing` }, [])).toThrow(/cannot read API_KEYS_FILE/);
+  });
+
+  it("adds ALLOWED_ORIGINS, DMR_ORIGINS and OLLAMA_ORIGINS to the local defaults", () => {
+    const origins = loadConfig({ ALLOWED_ORIGINS: "https://a.example", DMR_ORIGINS: "https://b.example", OLLAMA_ORIGINS: "https://c.example" }, []).security.allowedOrigins;
+    expect(origins).toEqual(expect.arrayContaining(["http://localhost:*", "https://a.example", "https://b.example", "https://c.example"]));
   });
 });

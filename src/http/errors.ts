@@ -4,6 +4,7 @@
 export type ErrorType =
   | "invalid_request_error"
   | "authentication_error"
+  | "permission_error"
   | "not_found_error"
   | "method_not_allowed_error"
   | "conflict_error"

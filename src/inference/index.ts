@@ -37,7 +37,7 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
   void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
   const routes = [
-    ...inferenceRoutes({ store, scheduler, metrics, bodyLimit: config.bodyLimit }),
+    ...inferenceRoutes({ store, scheduler, metrics, bodyLimit: config.bodyLimit, bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia } }),
     ...engineRoutes({ store, scheduler, settings, metrics, engineVersion: async () => (await launcher.binary()).version }),
   ];
   return { routes, scheduler, stop: () => scheduler.stopAll() };

@@ -6,6 +6,7 @@ import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import { readBody, parseJson } from "../http/body.ts";
+import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import { clientGone, forward } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
@@ -19,6 +20,8 @@ export type InferenceDeps = {
   metrics: InferenceMetrics;
   /** Largest request body accepted, in bytes. */
   bodyLimit: number;
+  /** What a body may ask of llama-server. */
+  bodyPolicy: BodyPolicy;
 };
 
 export const ENGINE = "llama.cpp";
@@ -56,6 +59,7 @@ async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request):
   const body = await readBody(request, deps.bodyLimit);
   const json = parseJson(body);
   const requested = requestedModel(endpoint, json);
+  policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch(async (error) => {
     if (request.signal.aborted) throw clientGone();

@@ -1,5 +1,5 @@
 /// <reference types="bun-types" />
-import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
 
@@ -11,6 +11,7 @@ async function serve(handler: FetchHandler, target: ListenTarget): Promise<Liste
       ? Bun.serve({ port: target.port, hostname: target.hostname, idleTimeout: 0, fetch: handler })
       : // bun-types omit idleTimeout for Unix sockets, but the server applies it there too.
         Bun.serve({ unix: target.path, idleTimeout: 0, fetch: handler } as unknown as { unix: string; fetch: FetchHandler });
+  if (target.kind === "unix") ownerOnly(target.path);
   return {
     address: target.kind === "tcp" ? `http://${target.hostname}:${server.port}` : `unix:${target.path}`,
     port: target.kind === "tcp" ? server.port : undefined,

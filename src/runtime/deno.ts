@@ -1,5 +1,5 @@
 import { fetch as undiciFetch } from "undici";
-import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { unixDispatcher } from "./unix-dispatcher.ts";
 import type { ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
@@ -34,6 +34,7 @@ async function serve(handler: FetchHandler, target: ListenTarget): Promise<Liste
       ? { port: target.port, hostname: target.hostname }
       : { path: target.path, transport: "unix" };
   const server = Deno.serve({ ...where, onListen() {} }, handler);
+  if (target.kind === "unix") ownerOnly(target.path);
   const port = target.kind === "tcp" ? server.addr.port : undefined;
   return {
     address: target.kind === "tcp" ? `http://${target.hostname}:${port}` : `unix:${target.path}`,

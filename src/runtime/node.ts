@@ -3,7 +3,7 @@ import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import { Readable } from "node:stream";
 import { createServerAdapter } from "@whatwg-node/server";
-import { clearStaleSocket, removeSocket } from "./socket-file.ts";
+import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { unixDispatcher } from "./unix-dispatcher.ts";
 import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
@@ -28,6 +28,7 @@ async function serve(handler: FetchHandler, target: ListenTarget): Promise<Liste
   const server = createServer(adapter);
   if (target.kind === "unix") await clearStaleSocket(target.path);
   await listen(server, target);
+  if (target.kind === "unix") ownerOnly(target.path);
   const bound = server.address();
   const port = typeof bound === "object" && bound ? bound.port : undefined;
   return {

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, unlinkSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, unlinkSync } from "node:fs";
 import { connect } from "node:net";
 import { dirname } from "node:path";
 
@@ -10,10 +10,19 @@ import { dirname } from "node:path";
  * and throws if a live server owns it.
  */
 export async function clearStaleSocket(path: string): Promise<void> {
-  mkdirSync(dirname(path), { recursive: true });
+  // A folder we create is the owner's alone: the socket is reachable through it only by the owner.
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
   if (!existsSync(path)) return;
   if (await answers(path)) throw new Error(`address in use: ${path} (another server answers on it)`);
   removeSocket(path);
+}
+
+/**
+ * The socket trusts its peer (no API key is asked on it), so only its owner may connect: read and
+ * write for the owner, nothing for others. Called right after listening.
+ */
+export function ownerOnly(path: string): void {
+  chmodSync(path, 0o600);
 }
 
 export function removeSocket(path: string): void {
