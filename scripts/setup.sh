@@ -35,8 +35,15 @@ if [ -z "${LLAMA_SERVER_PATH:-}" ] && ! command -v llama-server >/dev/null 2>&1;
   bash sidecar/build-llama-server.sh >/dev/null
 fi
 
-# --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry).
-if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/docker-registry ]; then
-  log "installing docker-registry with apt"
-  apt_install docker-registry
+# --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry);
+# the security tests open pages in a real browser (Debian's chromium, headless).
+if [ "${1:-}" = "--test" ]; then
+  wanted=""
+  [ -x /usr/bin/docker-registry ] || wanted="$wanted docker-registry"
+  command -v chromium >/dev/null 2>&1 || wanted="$wanted chromium"
+  if [ -n "$wanted" ]; then
+    log "installing with apt:$wanted"
+    # shellcheck disable=SC2086
+    apt_install $wanted
+  fi
 fi
