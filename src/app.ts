@@ -61,9 +61,20 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const routes: Route[] = [
     ...modelRoutes({
       store,
-      registry: { fetch, insecureHosts: config.models.insecureRegistries, credentials: config.models.registryCredentials },
-      hub: { fetch, endpoint: config.models.hfEndpoint, ...(config.models.hfToken ? { token: config.models.hfToken } : {}) },
+      registry: {
+        fetch,
+        insecureHosts: config.models.insecureRegistries,
+        credentials: config.models.registryCredentials,
+        stallTimeoutMs: config.models.pullStallTimeoutMs,
+      },
+      hub: {
+        fetch,
+        endpoint: config.models.hfEndpoint,
+        stallTimeoutMs: config.models.pullStallTimeoutMs,
+        ...(config.models.hfToken ? { token: config.models.hfToken } : {}),
+      },
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
+      maxConcurrentPulls: config.models.pullMaxConcurrent,
     }),
     ...inference.routes,
     ...aboutRoutes,

@@ -52,6 +52,10 @@ const Settings = z.object({
   // `none` turns the Unix socket off.
   RUNNER_SOCKET: z.string().default(join(homedir(), ".llamadock", "model-runner.sock")),
   SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
+  // Slow and numerous clients: time for a request's headers, connections (Node) or requests in
+  // flight (Bun, Deno) per listener.
+  HTTP_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
+  HTTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(1024),
   // Who may call (see src/http/guard.ts): names besides loopback ones, browser origins besides the
   // local ones (DMR_ORIGINS and OLLAMA_ORIGINS add to it too), API keys (or a file of them, one a
   // line, so they stay out of `ps`), paths open without a key.
@@ -74,6 +78,10 @@ const Settings = z.object({
   REGISTRY_CREDENTIALS: credentialList.default({}),
   HF_ENDPOINT: baseUrl.default("https://huggingface.co"),
   HF_TOKEN: z.string().optional(),
+  // Pulls that run at once (the others wait their turn), and how long a registry or the Hub may
+  // send nothing before a pull fails.
+  PULL_MAX_CONCURRENT: z.coerce.number().int().min(1).default(2),
+  PULL_STALL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
   // Inference: llama-server runners and how requests are scheduled on them.
   INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
   INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
@@ -110,6 +118,7 @@ function toConfig(s: z.infer<typeof Settings>) {
     services: s.SERVICES,
     shutdownGraceMs: s.SHUTDOWN_GRACE_MS,
     security: security(s),
+    http: { headersTimeoutMs: s.HTTP_HEADERS_TIMEOUT_MS, maxConnections: s.HTTP_MAX_CONNECTIONS },
     album: {
       host: s.ALBUM_HOST,
       port: s.ALBUM_PORT,
@@ -129,6 +138,8 @@ function toConfig(s: z.infer<typeof Settings>) {
       registryCredentials: s.REGISTRY_CREDENTIALS,
       hfEndpoint: s.HF_ENDPOINT,
       hfToken: s.HF_TOKEN,
+      pullMaxConcurrent: s.PULL_MAX_CONCURRENT,
+      pullStallTimeoutMs: s.PULL_STALL_TIMEOUT_MS,
     },
     inference: {
       maxRunners: s.INFERENCE_MAX_RUNNERS,

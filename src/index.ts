@@ -20,7 +20,7 @@ async function main(): Promise<void> {
   });
   for (const service of services) {
     for (const target of service.targets) {
-      const listener = await runtime.serve(guard(service.handler, target, service.policy), target);
+      const listener = await runtime.serve(guard(service.handler, target, service.policy), target, config.http);
       listeners.push(listener);
       console.log(`${service.name} service listening on ${listener.address} (${runtime.name} ${runtime.version})`);
     }

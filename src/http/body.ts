@@ -7,22 +7,34 @@ import { badRequest, HttpError } from "./errors.ts";
 const tooLarge = (limit: number) =>
   new HttpError(413, "payload_too_large_error", "body_too_large", `request body larger than ${limit} bytes`);
 
-export async function readBody(request: Request, limit: number): Promise<Uint8Array<ArrayBuffer>> {
+/** A body that has not fully arrived after this long is refused (a trickled body holds a connection). */
+export const BODY_READ_TIMEOUT_MS = 30_000;
+
+const tooSlow = (ms: number) => new HttpError(408, "timeout_error", "body_timeout", `request body not received within ${ms} ms`);
+
+export async function readBody(request: Request, limit: number, timeoutMs = BODY_READ_TIMEOUT_MS): Promise<Uint8Array<ArrayBuffer>> {
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (declared > limit) throw tooLarge(limit);
   if (!request.body) return new Uint8Array();
   const chunks: Uint8Array[] = [];
   let size = 0;
   const reader = request.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > limit) {
-      await reader.cancel().catch(() => {});
-      throw tooLarge(limit);
+  // One timer per body, cleared as soon as it is read (a pending one per request would pile up under load).
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(tooSlow(timeoutMs)), timeoutMs)));
+  try {
+    for (;;) {
+      const { done, value } = await Promise.race([reader.read(), late]);
+      if (done) break;
+      size += value.byteLength;
+      if (size > limit) throw tooLarge(limit);
+      chunks.push(value);
     }
-    chunks.push(value);
+  } catch (error) {
+    await reader.cancel().catch(() => {});
+    throw error;
+  } finally {
+    clearTimeout(timer);
   }
   return concat(chunks, size);
 }

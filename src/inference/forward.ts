@@ -1,6 +1,7 @@
 import { HttpError } from "../http/errors.ts";
+import { unlessAborted } from "../http/abort.ts";
+import { relay } from "../http/relay.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
-import { unlessAborted } from "../scheduler/abort.ts";
 import type { Lease } from "../scheduler/runner.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
@@ -62,58 +63,6 @@ async function whole(upstream: Response, { lease, model, request }: Forwarded): 
   } finally {
     lease.release();
   }
-}
-
-/**
- * A stream that reads `source` only as fast as the client takes it (high-water mark 0), calls
- * `done` once at its end, on error or on cancel, and may end a failed stream with a last chunk.
- * `died` fails a pending read: a runtime's body stream may not notice a peer that died.
- * `clientGone` ends it at once, read or not: a server adapter does not always cancel the body of a
- * client that left (the load test caught Node's leaving a few abandoned streams uncancelled, their
- * slots taken for good, and the queue behind them stuck).
- */
-export function relay(
-  source: ReadableStream<Uint8Array>,
-  { died, clientGone }: { died: AbortSignal; clientGone: AbortSignal },
-  done: () => void,
-  lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
-): ReadableStream<Uint8Array> {
-  const reader = source.getReader();
-  const leave = () => {
-    finish();
-    reader.cancel(clientGone.reason).catch(() => {});
-  };
-  const finish = () => {
-    clientGone.removeEventListener("abort", leave);
-    done();
-  };
-  if (clientGone.aborted) leave();
-  else clientGone.addEventListener("abort", leave, { once: true });
-  return new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          chunk = await unlessAborted(reader.read(), died);
-        } catch (error) {
-          reader.cancel(error).catch(() => {});
-          finish();
-          const tail = await lastWords(error);
-          if (!tail) return controller.error(error);
-          controller.enqueue(tail);
-          return controller.close();
-        }
-        if (!chunk.done) return controller.enqueue(chunk.value);
-        finish();
-        controller.close();
-      },
-      cancel(reason) {
-        finish();
-        return reader.cancel(reason);
-      },
-    },
-    { highWaterMark: 0 },
-  );
 }
 
 /**

@@ -15,4 +15,10 @@ export const unsupportedArtifact = (message: string) =>
 
 export const conflict = (message: string) => new HttpError(409, "conflict_error", "conflict", message);
 
-export const upstreamFailure = (message: string) => new HttpError(500, "upstream_error", "pull_failed", message);
+// 502: the registry or the Hub failed us (a gateway answer), not our server.
+export const upstreamFailure = (message: string) => new HttpError(502, "upstream_error", "pull_failed", message);
+
+export const insufficientStorage = (message: string) => new HttpError(507, "server_error", "insufficient_storage", message);
+
+/** A pull whose client left while it waited for its turn: nobody reads this answer. */
+export const clientGone = () => new HttpError(499, "invalid_request_error", "client_closed_request", "the client went away before its pull started");

@@ -23,6 +23,8 @@ export type ModelRoutesDeps = {
   hub: HubOptions;
   /** Wraps a model's deletion: the scheduler unloads its runners and launches none until `remove` settles. */
   whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
+  /** Pulls that may run at once; the others wait their turn (default 2). */
+  maxConcurrentPulls?: number;
 };
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
@@ -47,7 +49,9 @@ function progressStream(job: PullJob, signal: AbortSignal): ReadableStream<Uint8
       unlisten = job.listen((event: PullEvent) => {
         if (open) controller.enqueue(encoder.encode(`${JSON.stringify(event)}\n`));
       });
-      signal.addEventListener("abort", leave, { once: true });
+      // A client gone before the stream began gets no abort event: it left already.
+      if (signal.aborted) leave();
+      else signal.addEventListener("abort", leave, { once: true });
       void job.done.then(() => {
         if (!open) return;
         open = false;
@@ -68,16 +72,19 @@ function tagsToRemove(store: ModelStore, model: StoredModel, reference: string):
 
 export function modelRoutes(deps: ModelRoutesDeps): Route[] {
   const { store } = deps;
-  const puller = createPuller(store);
+  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
 
   async function create(request: IRequest): Promise<Response> {
     const body = await readJson(request, CREATE_BODY_LIMIT, CreateBody);
     const reference = parseReference(body.from, store.referenceOptions);
     const token = body["bearer-token"];
-    const job = await puller.start(reference.key, (signal) =>
-      reference.registry === HUGGING_FACE
-        ? planHubPull(store, reference, { ...deps.hub, ...(token ? { token } : {}) }, signal)
-        : planRegistryPull(store, reference, deps.registry, token, signal),
+    const job = await puller.start(
+      reference.key,
+      (signal) =>
+        reference.registry === HUGGING_FACE
+          ? planHubPull(store, reference, { ...deps.hub, ...(token ? { token } : {}) }, signal)
+          : planRegistryPull(store, reference, deps.registry, token, signal),
+      request.signal,
     );
     return new Response(progressStream(job, request.signal), {
       headers: { "content-type": "application/x-ndjson", "cache-control": "no-cache" },

@@ -4,6 +4,17 @@ import { notInRegistry, unauthorized, upstreamFailure } from "./errors.ts";
 // A registry, its token service or the Hub that cannot be reached, or that cuts a connection while we
 // read an answer, is an upstream failure, never an unexplained 500. An abort stays what it is: the
 // caller went away, and nobody reads that error.
+//
+// Nor may one that misbehaves take the server down or hang a pull: every read from upstream fails
+// once nothing has come for `stallMs`, and the small documents we read whole (manifests, configs,
+// token answers, file lists) are refused past a size bound instead of filling memory.
+
+/** The most a manifest, a config, a token answer or a Hub file list may weigh. */
+export const DOCUMENT_LIMIT = 4 << 20;
+export const DOCUMENT_LIMIT_TEXT = "4 MiB";
+
+/** How long an upstream may send nothing before its read fails. */
+export const DEFAULT_STALL_MS = 30_000;
 
 /** Runs `exchange` (a fetch, or the reading of its answer) with network errors told as `failure: why`. */
 export async function upstream<T>(signal: AbortSignal, failure: string, exchange: () => Promise<T>): Promise<T> {
@@ -23,4 +34,94 @@ export function statusError(status: number, what: string, service: UpstreamServi
   if (status === 401 || status === 403) return unauthorized(`${service.name} refused access to ${what} (${status})`);
   if (status === 404) return notInRegistry(`${what} not found ${service.where}`);
   return upstreamFailure(`${service.name} answered ${status} for ${what}`);
+}
+
+/** One read from upstream, for its time limit and its messages: `who` sends `what`. */
+export type Transfer = { who: string; what: string; stallMs: number; signal: AbortSignal };
+
+export const formatDuration = (ms: number) => (ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`);
+
+const stalled = (t: Transfer) => upstreamFailure(`${t.who} stopped sending ${t.what} for ${formatDuration(t.stallMs)}`);
+
+/**
+ * Sends a request whose answer must begin within `stallMs`: a server that accepts the connection
+ * and then says nothing would otherwise hold the pull forever. Network errors are left to the caller.
+ */
+export async function fetchWithin(fetch: typeof globalThis.fetch, url: string | URL, init: RequestInit, t: Transfer): Promise<Response> {
+  const silence = new AbortController();
+  const timer = setTimeout(() => silence.abort(upstreamFailure(`${t.who} did not answer the request for ${t.what} within ${formatDuration(t.stallMs)}`)), t.stallMs);
+  try {
+    return await fetch(url, { ...init, signal: AbortSignal.any([t.signal, silence.signal]) });
+  } catch (error) {
+    // Runtimes differ in what an aborted fetch rejects with; ours is the reason we gave.
+    if (silence.signal.aborted && !t.signal.aborted) throw silence.signal.reason;
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * `body`, failing once a read has waited `stallMs` for the next bytes. Only upstream's silence
+ * counts: while our consumer is busy (writing to disk), nothing is read and no clock runs. On a
+ * stall the source is cancelled, which drops the connection.
+ */
+export function stallGuarded(body: ReadableStream<Uint8Array>, t: Transfer): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  let stall: HttpError | undefined;
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        // Cancelling settles the pending read as done; `stall` tells that end from a real one.
+        const timer = setTimeout(() => void reader.cancel((stall = stalled(t))).catch(() => {}), t.stallMs);
+        try {
+          const next = await reader.read();
+          if (stall) throw stall;
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        } finally {
+          clearTimeout(timer);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/**
+ * The whole body of an answer, at most `limit` bytes: a declared length over it is refused before
+ * reading, an undeclared one as soon as it crosses it, and a stall fails it. `limitText` names the
+ * limit in the refusal: `4 MiB`, or `its 1234 bytes` for a blob whose descriptor gives its size.
+ */
+export async function readBounded(response: Response, limit: number, t: Transfer, limitText: string): Promise<Uint8Array> {
+  const refuse = () => upstreamFailure(`${t.who} sent ${t.what} larger than ${limitText}: refused`);
+  const declared = Number(response.headers.get("content-length") ?? NaN);
+  if (declared > limit) {
+    await response.body?.cancel().catch(() => {});
+    throw refuse();
+  }
+  if (!response.body) return new Uint8Array();
+  const reader = stallGuarded(response.body, t).getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (let next = await reader.read(); !next.done; next = await reader.read()) {
+    size += next.value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => {});
+      throw refuse();
+    }
+    chunks.push(next.value);
+  }
+  return concat(chunks, size);
+}
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array {
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
 }

@@ -1,16 +1,27 @@
 /// <reference types="bun-types" />
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
-import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
+import { capInFlight } from "./in-flight.ts";
+import { DEFAULT_SERVE_LIMITS, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
 
-async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
+async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
-  // idleTimeout 0: Bun's default of 10 s would cut an SSE stream during a long prompt.
+  const capped = capInFlight(handler, limits.maxConnections);
+  // The idle timeout bounds a client that sends its headers slowly (and an idle keep-alive
+  // connection); once a request is in, it is lifted for that request: an SSE stream may be silent
+  // for long during a long prompt. Its body has a time limit of its own (see readBody).
+  const options = {
+    idleTimeout: Math.max(1, Math.ceil(limits.headersTimeoutMs / 1000)),
+    fetch: (request: Request, server: { timeout(request: Request, seconds: number): void }) => {
+      server.timeout(request, 0);
+      return capped(request);
+    },
+  };
   const server =
     target.kind === "tcp"
-      ? Bun.serve({ port: target.port, hostname: target.hostname, idleTimeout: 0, fetch: handler })
+      ? Bun.serve({ port: target.port, hostname: target.hostname, ...options })
       : // bun-types omit idleTimeout for Unix sockets, but the server applies it there too.
-        Bun.serve({ unix: target.path, idleTimeout: 0, fetch: handler } as unknown as { unix: string; fetch: FetchHandler });
+        Bun.serve({ unix: target.path, ...options } as unknown as { unix: string; fetch: FetchHandler });
   if (target.kind === "unix") ownerOnly(target.path);
   return {
     address: target.kind === "tcp" ? `http://${target.hostname}:${server.port}` : `unix:${target.path}`,

@@ -2,7 +2,8 @@ import { fetch as undiciFetch } from "undici";
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { unixDispatcher } from "./unix-dispatcher.ts";
-import type { ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
+import { capInFlight } from "./in-flight.ts";
+import { DEFAULT_SERVE_LIMITS, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
 
 // The few Deno APIs we use, typed here so that the rest of the project needs no Deno types.
 interface DenoHttpServer {
@@ -27,13 +28,13 @@ interface DenoApi {
 }
 declare const Deno: DenoApi;
 
-async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
+async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
   const where =
     target.kind === "tcp"
       ? { port: target.port, hostname: target.hostname }
       : { path: target.path, transport: "unix" };
-  const server = Deno.serve({ ...where, onListen() {} }, handler);
+  const server = Deno.serve({ ...where, onListen() {} }, capInFlight(handler, limits.maxConnections));
   if (target.kind === "unix") ownerOnly(target.path);
   const port = target.kind === "tcp" ? server.addr.port : undefined;
   return {

@@ -6,7 +6,7 @@ import { createServerAdapter } from "@whatwg-node/server";
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { unixDispatcher } from "./unix-dispatcher.ts";
-import type { ChildExit, ChildProcess, FetchHandler, ListenTarget, Listener, Runtime, SpawnOptions } from "./types.ts";
+import { DEFAULT_SERVE_LIMITS, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
 
 function listen(server: Server, target: ListenTarget): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -20,12 +20,18 @@ function listen(server: Server, target: ListenTarget): Promise<void> {
   });
 }
 
-async function serve(handler: FetchHandler, target: ListenTarget): Promise<Listener> {
+async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
   // The native Request/Response, not the ponyfill, so handlers see the same classes as on Bun/Deno.
   const adapter = createServerAdapter(handler, {
     fetchAPI: { Request, Response, Headers, fetch, ReadableStream, URL },
   });
-  const server = createServer(adapter);
+  // Headers must arrive in time (slowloris); connections beyond the cap are closed as they come.
+  // Node checks header deadlines every connectionsCheckingInterval (30 s by default): as often as needed.
+  const server = createServer(
+    { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs), keepAliveTimeout: 5_000 },
+    adapter,
+  );
+  server.maxConnections = limits.maxConnections;
   if (target.kind === "unix") await clearStaleSocket(target.path);
   await listen(server, target);
   if (target.kind === "unix") ownerOnly(target.path);

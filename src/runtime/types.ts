@@ -8,6 +8,16 @@ export type ListenTarget =
   | { kind: "tcp"; hostname: string; port: number }
   | { kind: "unix"; path: string };
 
+/** What keeps slow or numerous clients from holding a listener. */
+export type ServeLimits = {
+  /** A request's headers must arrive within this (slowloris); an idle keep-alive connection closes after it. */
+  headersTimeoutMs: number;
+  /** Connections (Node) or requests in flight (Bun, Deno, whose servers do not count connections) at once; more get 503. */
+  maxConnections: number;
+};
+
+export const DEFAULT_SERVE_LIMITS: ServeLimits = { headersTimeoutMs: 10_000, maxConnections: 1024 };
+
 export interface Listener {
   /** Where it listens, for logs: `http://127.0.0.1:8080` or `unix:/run/x.sock`. */
   readonly address: string;
@@ -40,7 +50,7 @@ export interface SpawnOptions {
 export interface Runtime {
   readonly name: "bun" | "deno" | "node";
   readonly version: string;
-  serve(handler: FetchHandler, target: ListenTarget): Promise<Listener>;
+  serve(handler: FetchHandler, target: ListenTarget, limits?: ServeLimits): Promise<Listener>;
   /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
   unixFetch(socketPath: string): typeof fetch;
   /**

@@ -1,6 +1,6 @@
 import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
-import { unlessAborted } from "./abort.ts";
+import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";

@@ -4,12 +4,19 @@ import { ConfigError, loadConfig } from "../../src/config.ts";
 describe("model management settings", () => {
   it("has defaults", () => {
     const { models } = loadConfig({}, []);
-    expect(models).toMatchObject({ defaultRegistry: "docker.io", insecureRegistries: [], registryCredentials: {}, hfEndpoint: "https://huggingface.co" });
+    expect(models).toMatchObject({
+      defaultRegistry: "docker.io",
+      insecureRegistries: [],
+      registryCredentials: {},
+      hfEndpoint: "https://huggingface.co",
+      pullMaxConcurrent: 2,
+      pullStallTimeoutMs: 30_000,
+    });
     expect(models.path).toMatch(/models$/);
     expect(models.hfToken).toBeUndefined();
   });
 
-  it("reads the store, registries, credentials and the Hub from the env", () => {
+  it("reads the store, registries, credentials, the Hub and the pull limits from the env", () => {
     const { models } = loadConfig(
       {
         MODELS_PATH: "/srv/models",
@@ -18,6 +25,8 @@ describe("model management settings", () => {
         REGISTRY_CREDENTIALS: "reg.lan:5000=me:pa:ss,docker.io=u:p",
         HF_ENDPOINT: "http://hub.lan/",
         HF_TOKEN: "hf_x",
+        PULL_MAX_CONCURRENT: "1",
+        PULL_STALL_TIMEOUT_MS: "300",
       },
       [],
     );
@@ -28,10 +37,18 @@ describe("model management settings", () => {
       registryCredentials: { "reg.lan:5000": { username: "me", password: "pa:ss" }, "docker.io": { username: "u", password: "p" } },
       hfEndpoint: "http://hub.lan",
       hfToken: "hf_x",
+      pullMaxConcurrent: 1,
+      pullStallTimeoutMs: 300,
     });
   });
 
-  it.each([{ DEFAULT_REGISTRY: "http://x" }, { REGISTRY_CREDENTIALS: "nohost" }, { HF_ENDPOINT: "ftp://x" }])("rejects %j", (env) => {
+  it.each([
+    { DEFAULT_REGISTRY: "http://x" },
+    { REGISTRY_CREDENTIALS: "nohost" },
+    { HF_ENDPOINT: "ftp://x" },
+    { PULL_MAX_CONCURRENT: "0" },
+    { PULL_STALL_TIMEOUT_MS: "soon" },
+  ])("rejects %j", (env) => {
     expect(() => loadConfig(env, [])).toThrow(ConfigError);
   });
 });

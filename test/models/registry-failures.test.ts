@@ -8,7 +8,7 @@ import { openRepository } from "../../src/models/registry/client.ts";
 import { modelApi, pull, type ModelApi } from "./helpers.ts";
 
 // A registry or token service that misbehaves at the network level, played by loopback HTTP
-// servers: each failure must become one of our errors (401 or an upstream failure), not a 500
+// servers: each failure must become one of our errors (401 or an upstream failure, 502), not a 500
 // that names nothing.
 
 type Handle = (request: IncomingMessage, response: ServerResponse) => void;
@@ -67,11 +67,11 @@ async function expectHttpError(promise: Promise<unknown>, status: number, type: 
 
 describe("registry token flow failures (B6: they surfaced as 500 internal_error)", () => {
   it("a realm that is not a URL is an upstream failure", async () => {
-    await expectHttpError(tokenFor("not a url"), 500, "upstream_error");
+    await expectHttpError(tokenFor("not a url"), 502, "upstream_error");
   });
 
   it("an unreachable realm is an upstream failure", async () => {
-    await expectHttpError(tokenFor(`http://${await closedPort()}/token`), 500, "upstream_error");
+    await expectHttpError(tokenFor(`http://${await closedPort()}/token`), 502, "upstream_error");
   });
 
   it("a realm that answers something other than JSON gave no token: 401", async () => {
@@ -81,7 +81,7 @@ describe("registry token flow failures (B6: they surfaced as 500 internal_error)
 
   it("a realm that resets the connection mid-answer is an upstream failure", async () => {
     const host = await serve(cutBody);
-    await expectHttpError(tokenFor(`http://${host}/token`), 500, "upstream_error");
+    await expectHttpError(tokenFor(`http://${host}/token`), 502, "upstream_error");
   });
 
   it("a pull whose registry names an unreachable realm answers upstream_error", async () => {
@@ -91,7 +91,7 @@ describe("registry token flow failures (B6: they surfaced as 500 internal_error)
     );
     api = await modelApi();
     const answer = await pull(api.handler, { from: `${registry}/ai/tiny` });
-    expect(answer.status).toBe(500);
+    expect(answer.status).toBe(502);
     expect(answer.json.error).toMatchObject({ type: "upstream_error", code: "pull_failed" });
   });
 });
@@ -103,13 +103,13 @@ describe("registry answers cut mid-body (B6: a connection reset raised a raw err
   it("a manifest is an upstream failure", async () => {
     const host = await serve(cutBody);
     const repository = openRepository(parseReference(`${host}/ai/tiny`), options);
-    await expectHttpError(repository.manifest(signal()), 500, "upstream_error");
+    await expectHttpError(repository.manifest(signal()), 502, "upstream_error");
   });
 
   it("a config blob is an upstream failure", async () => {
     const host = await serve(cutBody);
     const repository = openRepository(parseReference(`${host}/ai/tiny`), options);
     const descriptor = { mediaType: "application/json", digest: `sha256:${"c".repeat(64)}`, size: 1000 };
-    await expectHttpError(repository.blob(descriptor, signal()), 500, "upstream_error");
+    await expectHttpError(repository.blob(descriptor, signal()), 502, "upstream_error");
   });
 });

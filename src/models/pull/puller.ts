@@ -1,11 +1,17 @@
-import { DigestMismatchError } from "../store/blobs.ts";
+import { unlessAborted } from "../../http/abort.ts";
+import { clientGone, insufficientStorage } from "../errors.ts";
+import { formatSize } from "../gguf.ts";
+import { CorruptBlobError } from "../store/blobs.ts";
 import type { ModelStore } from "../store/store.ts";
 import type { PullEvent, PullPlan } from "./plan.ts";
 import { progressReporter } from "./progress.ts";
+import { createSlots, DEFAULT_MAX_CONCURRENT_PULLS } from "./slots.ts";
 
 // Runs pulls: one job per model name, so a second request for a model being pulled joins the
 // running job and sees its progress. A job is cancelled when its last listener goes away; blobs
-// it had partly downloaded stay as `.incomplete` files for the next pull to resume.
+// it had partly downloaded stay as `.incomplete` files for the next pull to resume. At most
+// `maxConcurrent` jobs run at once (a joined job counts once); the others wait their turn, and
+// one whose every caller left while it waited is dropped without having run.
 
 export type Listener = (event: PullEvent) => void;
 
@@ -18,7 +24,21 @@ export type PullJob = {
 
 export type Planner = (signal: AbortSignal) => Promise<PullPlan>;
 
-type Job = PullJob & { ready: Promise<void> };
+type Job = PullJob & {
+  /** Waits until the job is planned; a caller whose signal aborts first stops waiting (rejects). */
+  wait(signal?: AbortSignal): Promise<void>;
+};
+
+export type PullerOptions = { maxConcurrent?: number };
+
+/** Refuses (507, before streaming) a pull whose missing bytes the store's filesystem cannot hold. */
+async function checkRoom(store: ModelStore, plan: PullPlan): Promise<void> {
+  const needed = await store.bytesMissing(plan.layers);
+  if (needed === 0) return;
+  const free = await store.freeSpace();
+  if (free === undefined || needed <= free) return;
+  throw insufficientStorage(`not enough free space to pull ${plan.key}: it needs ${formatSize(needed)} more, the model store has ${formatSize(free)} free`);
+}
 
 async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal: AbortSignal): Promise<void> {
   if (await store.resolve(plan.id)) {
@@ -39,7 +59,7 @@ async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal
           .then(() => report(layer, layer.size, true))
           .catch((error: unknown) => {
             failed.abort(error);
-            if (error instanceof DigestMismatchError || signal.aborted) throw error;
+            if (error instanceof CorruptBlobError || signal.aborted) throw error;
             throw new Error(`download of ${layer.digest} failed (a new pull resumes it): ${describeFailure(error)}`);
           }),
       ),
@@ -57,16 +77,28 @@ function describeFailure(error: unknown): string {
 }
 
 export type Puller = {
-  /** Starts (or joins) the pull of `key`; rejects with the planning error, before any event. */
-  start(key: string, plan: Planner): Promise<PullJob>;
+  /**
+   * Starts (or joins) the pull of `key`; resolves once it has its turn and is planned, rejects with
+   * the planning error before any event. `signal` is the caller's: if it aborts meanwhile, the call
+   * rejects, and a pull that nobody waits for or listens to any more is cancelled.
+   */
+  start(key: string, plan: Planner, signal?: AbortSignal): Promise<PullJob>;
 };
 
-export function createPuller(store: ModelStore): Puller {
+export function createPuller(store: ModelStore, options: PullerOptions = {}): Puller {
   const jobs = new Map<string, Job>();
+  const slots = createSlots(options.maxConcurrent ?? DEFAULT_MAX_CONCURRENT_PULLS);
 
   function createJob(key: string, planner: Planner): Job {
     const listeners = new Set<Listener>();
+    let waiting = 0;
     const controller = new AbortController();
+    // A cancelled job ends without a last event: the next pull of this model starts afresh.
+    const cancelIfUnwanted = () => {
+      if (listeners.size > 0 || waiting > 0) return;
+      controller.abort(new Error("the client went away"));
+      if (jobs.get(key) === job) jobs.delete(key);
+    };
     // The last event is replayed to a listener that joins after the end.
     let final: PullEvent | undefined;
     const emit: Listener = (event) => {
@@ -76,9 +108,15 @@ export function createPuller(store: ModelStore): Puller {
     let planned = () => {};
     const ready = new Promise<void>((resolve) => (planned = resolve));
     const work = (async () => {
-      const plan = await planner(controller.signal);
-      planned();
-      await runPlan(store, plan, emit, controller.signal);
+      const release = await slots.acquire(controller.signal);
+      try {
+        const plan = await planner(controller.signal);
+        await checkRoom(store, plan);
+        planned();
+        await runPlan(store, plan, emit, controller.signal);
+      } finally {
+        release();
+      }
     })();
     const done = work.then(
       () => {},
@@ -89,18 +127,26 @@ export function createPuller(store: ModelStore): Puller {
     void done.finally(() => {
       if (jobs.get(key) === job) jobs.delete(key);
     });
+    const settled = Promise.race([ready, work.then(() => {})]);
     const job: Job = {
-      ready: Promise.race([ready, work.then(() => {})]),
+      async wait(signal) {
+        waiting += 1;
+        try {
+          await unlessAborted(settled, signal);
+        } catch (error) {
+          throw signal?.aborted ? clientGone() : error;
+        } finally {
+          waiting -= 1;
+          if (signal?.aborted) cancelIfUnwanted();
+        }
+      },
       done,
       listen(listener) {
         if (final) listener(final);
         listeners.add(listener);
         return () => {
           listeners.delete(listener);
-          if (listeners.size > 0) return;
-          controller.abort(new Error("the client went away"));
-          // A cancelled job ends without a last event: the next pull of this model starts afresh.
-          if (jobs.get(key) === job) jobs.delete(key);
+          cancelIfUnwanted();
         };
       },
     };
@@ -108,10 +154,10 @@ export function createPuller(store: ModelStore): Puller {
   }
 
   return {
-    async start(key, planner) {
+    async start(key, planner, signal) {
       const job = jobs.get(key) ?? createJob(key, planner);
       jobs.set(key, job);
-      await job.ready;
+      await job.wait(signal);
       return job;
     },
   };

@@ -1,5 +1,5 @@
 import { unauthorized, upstreamFailure } from "../errors.ts";
-import { upstream } from "../upstream.ts";
+import { DEFAULT_STALL_MS, DOCUMENT_LIMIT, DOCUMENT_LIMIT_TEXT, fetchWithin, readBounded, upstream, type Transfer } from "../upstream.ts";
 
 // Registry authentication (the OCI distribution token flow): a registry that wants a token answers
 // 401 with `WWW-Authenticate: Bearer realm="…",service="…",scope="…"`; the client asks the realm
@@ -31,6 +31,8 @@ export type TokenRequest = {
   bearerToken?: string;
   fetch: typeof fetch;
   signal: AbortSignal;
+  /** How long the token service may send nothing before the request fails. */
+  stallTimeoutMs?: number;
 };
 
 /** Answers a 401's challenge with the `Authorization` value to retry with. */
@@ -48,15 +50,16 @@ export async function authorize(request: TokenRequest): Promise<string> {
   const headers: Record<string, string> = {};
   if (credentials) headers.authorization = basic(credentials);
   else if (request.bearerToken) headers.authorization = `Bearer ${request.bearerToken}`;
-  const text = await upstream(request.signal, `cannot get a token from ${realm.host}`, async () => {
-    const response = await request.fetch(realm, { headers, signal: request.signal });
+  const t: Transfer = { who: `the token service ${realm.host}`, what: "a token", stallMs: request.stallTimeoutMs ?? DEFAULT_STALL_MS, signal: request.signal };
+  const bytes = await upstream(request.signal, `cannot get a token from ${realm.host}`, async () => {
+    const response = await fetchWithin(request.fetch, realm, { headers }, t);
     if (!response.ok) {
       await response.body?.cancel();
       throw unauthorized(`the registry's token service refused (${response.status})`);
     }
-    return response.text();
+    return readBounded(response, DOCUMENT_LIMIT, t, DOCUMENT_LIMIT_TEXT);
   });
-  const token = tokenIn(text);
+  const token = tokenIn(new TextDecoder().decode(bytes));
   if (!token) throw unauthorized("the registry's token service gave no token");
   return `Bearer ${token}`;
 }

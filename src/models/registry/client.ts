@@ -4,11 +4,22 @@ import { DOCKER_HUB, type ModelReference } from "../reference.ts";
 import { resumedAt, type BlobSource } from "../store/blobs.ts";
 import { digestOf } from "../store/manifests.ts";
 import { authorize, parseChallenge, type Credentials } from "./auth.ts";
-import { statusError, upstream } from "../upstream.ts";
+import {
+  DEFAULT_STALL_MS,
+  DOCUMENT_LIMIT,
+  DOCUMENT_LIMIT_TEXT,
+  fetchWithin,
+  readBounded,
+  stallGuarded,
+  statusError,
+  upstream,
+  type Transfer,
+} from "../upstream.ts";
 
 // A client of the OCI distribution API over fetch, for pulling Docker model artifacts: the
 // manifest, the config, and the layers as streams (with Range to resume). Registry answers become
-// our errors here (401, 404, 422, 500), never in the handlers.
+// our errors here (401, 404, 422, 500), never in the handlers. Every read has a stall timeout, and
+// what is read whole (manifest, config) a size bound.
 
 export const MediaTypes = {
   manifest: "application/vnd.oci.image.manifest.v1+json",
@@ -24,6 +35,8 @@ export type RegistryOptions = {
   /** Hosts (with port, if any) reached over plain HTTP besides loopback and `.local` ones. */
   insecureHosts: string[];
   credentials: Record<string, Credentials>;
+  /** How long the registry (or its token service) may send nothing before the read fails. */
+  stallTimeoutMs?: number;
 };
 
 const Descriptor = z.object({
@@ -55,39 +68,54 @@ export type Repository = {
 
 const REGISTRY = { name: "the registry", where: "in the registry" };
 
-function checkStatus(response: Response, what: string): void {
-  if (!response.ok) throw statusError(response.status, what, REGISTRY);
+async function checkStatus(response: Response, what: string): Promise<void> {
+  if (response.ok) return;
+  // An error answer is not read: its body might never end.
+  await response.body?.cancel().catch(() => {});
+  throw statusError(response.status, what, REGISTRY);
+}
+
+/** A document we read whole (a config) whose descriptor says it is larger than we read is refused unread. */
+export function checkDocumentSize(descriptor: Descriptor, what: string): void {
+  if (descriptor.size > DOCUMENT_LIMIT) {
+    throw upstreamFailure(`${what} is ${descriptor.size} bytes, more than the ${DOCUMENT_LIMIT_TEXT} it may have: refused`);
+  }
 }
 
 export function openRepository(reference: ModelReference, options: RegistryOptions, bearerToken?: string): Repository {
   const base = `${registryBaseUrl(reference.registry, options.insecureHosts)}/v2/${reference.repository}`;
   const credentials = options.credentials[reference.registry];
   let authorization = bearerToken ? `Bearer ${bearerToken}` : undefined;
+  const stallTimeoutMs = options.stallTimeoutMs ?? DEFAULT_STALL_MS;
+  const who = `the registry ${reference.registry}`;
+  const transfer = (what: string, signal: AbortSignal): Transfer => ({ who, what, stallMs: stallTimeoutMs, signal });
 
-  async function send(path: string, headers: Record<string, string>, signal: AbortSignal): Promise<Response> {
+  async function send(path: string, headers: Record<string, string>, t: Transfer): Promise<Response> {
+    const { signal } = t;
     const attempt = () =>
       upstream(signal, `cannot reach the registry ${reference.registry}`, () =>
-        options.fetch(`${base}${path}`, { headers: { ...headers, ...(authorization ? { authorization } : {}) }, signal }),
+        fetchWithin(options.fetch, `${base}${path}`, { headers: { ...headers, ...(authorization ? { authorization } : {}) } }, t),
       );
     const response = await attempt();
     const challenge = response.status === 401 ? parseChallenge(response.headers.get("www-authenticate") ?? "") : undefined;
     if (!challenge) return response;
     await response.body?.cancel();
     const scope = `repository:${reference.repository}:pull`;
-    authorization = await authorize({ challenge, scope, credentials, bearerToken, fetch: options.fetch, signal });
+    authorization = await authorize({ challenge, scope, credentials, bearerToken, fetch: options.fetch, signal, stallTimeoutMs });
     return attempt();
   }
 
-  /** The whole body of an answer whose status was checked; a connection cut meanwhile is upstream's failure. */
-  const bytesOf = (response: Response, what: string, signal: AbortSignal) =>
-    upstream(signal, `the registry ${reference.registry} broke off sending ${what}`, async () => new Uint8Array(await response.arrayBuffer()));
+  /** The whole body of an answer whose status was checked, at most `limit` bytes; a connection cut meanwhile is upstream's failure. */
+  const bytesOf = (response: Response, t: Transfer, limit: number, limitText: string) =>
+    upstream(t.signal, `${who} broke off sending ${t.what}`, () => readBounded(response, limit, t, limitText));
 
   return {
     async manifest(signal) {
       const target = reference.digest ?? reference.tag;
-      const response = await send(`/manifests/${target}`, { accept: MediaTypes.manifest }, signal);
-      checkStatus(response, `model ${reference.key}`);
-      const bytes = await bytesOf(response, `the manifest of ${reference.key}`, signal);
+      const t = transfer(`the manifest of ${reference.key}`, signal);
+      const response = await send(`/manifests/${target}`, { accept: MediaTypes.manifest }, t);
+      await checkStatus(response, `model ${reference.key}`);
+      const bytes = await bytesOf(response, t, DOCUMENT_LIMIT, DOCUMENT_LIMIT_TEXT);
       const digest = digestOf(bytes);
       if (reference.digest && digest !== reference.digest) throw upstreamFailure(`the manifest does not match ${reference.digest}`);
       const mediaType = response.headers.get("content-type")?.split(";")[0];
@@ -104,19 +132,24 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
       return { bytes, digest, config: parsed.data.config, layers: parsed.data.layers };
     },
     async blob(descriptor, signal) {
-      const response = await send(`/blobs/${descriptor.digest}`, {}, signal);
-      checkStatus(response, `blob ${descriptor.digest}`);
-      const bytes = await bytesOf(response, `blob ${descriptor.digest}`, signal);
+      const t = transfer(`blob ${descriptor.digest}`, signal);
+      checkDocumentSize(descriptor, t.what);
+      const response = await send(`/blobs/${descriptor.digest}`, {}, t);
+      await checkStatus(response, t.what);
+      // Never more than the descriptor says: a longer body is cut off and refused.
+      const bytes = await bytesOf(response, t, descriptor.size, `its ${descriptor.size} bytes`);
       if (digestOf(bytes) !== descriptor.digest) throw upstreamFailure(`blob ${descriptor.digest} does not match its digest`);
       return bytes;
     },
     blobSource(descriptor) {
       return async (offset, signal) => {
+        const t = transfer(`blob ${descriptor.digest}`, signal);
         const range: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
-        const response = await send(`/blobs/${descriptor.digest}`, range, signal);
-        checkStatus(response, `blob ${descriptor.digest}`);
+        const response = await send(`/blobs/${descriptor.digest}`, range, t);
+        await checkStatus(response, t.what);
         if (!response.body) throw upstreamFailure(`the registry sent no body for ${descriptor.digest}`);
-        return { body: response.body, start: resumedAt(response, offset) };
+        // The store bounds the length (the descriptor's size); the guard bounds the silence.
+        return { body: stallGuarded(response.body, t), start: resumedAt(response, offset) };
       };
     },
   };

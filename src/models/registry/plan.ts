@@ -5,7 +5,7 @@ import type { PullPlan } from "../pull/plan.ts";
 import type { ModelReference } from "../reference.ts";
 import { ModelConfig } from "../store/model-index.ts";
 import type { ModelStore } from "../store/store.ts";
-import { MediaTypes, openRepository, type Descriptor, type RegistryOptions } from "./client.ts";
+import { checkDocumentSize, MediaTypes, openRepository, type Descriptor, type RegistryOptions } from "./client.ts";
 
 // A pull of a Docker model artifact: the manifest and its config media type are checked first;
 // the layers the runner uses (weights, mmproj, chat template, license) are then downloaded.
@@ -45,6 +45,8 @@ export async function planRegistryPull(
   if (!(MediaTypes.configs as readonly string[]).includes(manifest.config.mediaType)) {
     throw unsupportedArtifact(`unsupported model config media type "${manifest.config.mediaType}"`);
   }
+  // The config is read once the layers are in; one that is too large is refused before they are fetched.
+  checkDocumentSize(manifest.config, `the config of ${reference.key}`);
   const files = filesOf(manifest.layers);
   const wanted = new Set(Object.values(files).flat());
   const layers = manifest.layers.filter((l) => wanted.has(l.digest));

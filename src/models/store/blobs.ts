@@ -32,7 +32,10 @@ export function resumedAt(response: Response, offset: number): number {
   return offset;
 }
 
-export class DigestMismatchError extends Error {
+/** Bytes that cannot be the blob: resuming after them would only fail again, so they are dropped. */
+export class CorruptBlobError extends Error {}
+
+export class DigestMismatchError extends CorruptBlobError {
   constructor(expected: string, actual: string) {
     super(`downloaded content does not match its digest: expected ${expected}, got ${actual}`);
   }
@@ -46,6 +49,9 @@ export async function hasBlob(layout: Layout, digest: string): Promise<boolean> 
     throw error;
   }
 }
+
+/** Bytes of the blob already downloaded by an earlier, interrupted pull. */
+export const partialSize = (layout: Layout, digest: string) => sizeOf(layout.incompleteBlob(digest));
 
 async function sizeOf(path: string): Promise<number> {
   try {
@@ -81,7 +87,8 @@ async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash
     for (let next = await reader.read(); !next.done; next = await reader.read()) {
       // Counted before it is handed over: once written, the chunk moves to the hashing thread.
       bytes += next.value.byteLength;
-      if (download.size !== undefined && bytes > download.size) throw new Error(`blob ${download.digest} is larger than its ${download.size} bytes`);
+      // Cut off before writing: a source that sends more than the descriptor says cannot fill the disk.
+      if (download.size !== undefined && bytes > download.size) throw new CorruptBlobError(`blob ${download.digest} is larger than its ${download.size} bytes: refused`);
       await writer.add(next.value);
       download.onProgress?.(bytes);
     }
@@ -127,6 +134,7 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
   } catch (error) {
     await body.cancel().catch(() => {}); // a no-op once the copy has released it
     await hash.close();
+    if (error instanceof CorruptBlobError) await removeIfPresent(partial);
     throw error;
   }
   if (actual !== digest || (download.size !== undefined && bytes !== download.size)) {

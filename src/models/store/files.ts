@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, open, rename, unlink } from "node:fs/promises";
+import { mkdir, open, rename, statfs, unlink } from "node:fs/promises";
 import { dirname } from "node:path";
 
 // Small file helpers every store module shares: a write is made to a temporary name beside the
@@ -33,3 +33,18 @@ export async function removeIfPresent(path: string): Promise<void> {
 }
 
 export const isMissing = (error: unknown) => (error as NodeJS.ErrnoException)?.code === "ENOENT";
+
+/**
+ * Bytes an unprivileged writer may still use on the filesystem that holds `path` (or would hold
+ * it: a folder not made yet is measured at its nearest existing parent). Undefined when it cannot
+ * be read (Deno without `--allow-sys=statfs`): then no pull is refused for want of space.
+ */
+export async function freeSpace(path: string): Promise<number | undefined> {
+  try {
+    const { bavail, bsize } = await statfs(path);
+    return bavail * bsize;
+  } catch (error) {
+    const parent = dirname(path);
+    return isMissing(error) && parent !== path ? freeSpace(parent) : undefined;
+  }
+}

@@ -1,6 +1,6 @@
 import { bareName, idPrefix, parseReference, type ReferenceOptions } from "../reference.ts";
-import { downloadBlob, hasBlob, putBlob, type BlobDownload } from "./blobs.ts";
-import { removeIfPresent } from "./files.ts";
+import { downloadBlob, hasBlob, partialSize, putBlob, type BlobDownload } from "./blobs.ts";
+import { freeSpace, removeIfPresent } from "./files.ts";
 import { layout as layoutOf, type Layout } from "./layout.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
 import { readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
@@ -25,6 +25,11 @@ export type NewModel = Omit<IndexEntry, "id" | "tags"> & { manifest: Uint8Array;
 
 export type Removal = { untagged: string[]; deleted?: string };
 
+export type StoreOptions = {
+  /** Free bytes on the filesystem of `path`, undefined when unknown; statfs by default (tests give their own). */
+  freeSpace?: (path: string) => Promise<number | undefined>;
+};
+
 export type ModelStore = {
   readonly root: string;
   readonly layout: Layout;
@@ -34,6 +39,10 @@ export type ModelStore = {
   list(): Promise<StoredModel[]>;
   hasBlob(digest: string): Promise<boolean>;
   downloadBlob(download: BlobDownload): Promise<void>;
+  /** Bytes still to download for these blobs: absent ones, less what their partial files hold. */
+  bytesMissing(blobs: { digest: string; size: number }[]): Promise<number>;
+  /** Free bytes where the store writes, undefined when that cannot be known. */
+  freeSpace(): Promise<number | undefined>;
   putBlob(data: Uint8Array): Promise<string>;
   /** Keeps blobs from being collected while a pull that needs them runs. */
   pin(digests: string[]): () => void;
@@ -74,7 +83,7 @@ export function findEntry(models: IndexEntry[], reference: string, options: Refe
   return byName.length === 1 ? byName[0] : undefined;
 }
 
-export function createModelStore(root: string, referenceOptions: ReferenceOptions = {}): ModelStore {
+export function createModelStore(root: string, referenceOptions: ReferenceOptions = {}, options: StoreOptions = {}): ModelStore {
   const layout = layoutOf(root);
   const pins = new Map<string, number>();
 
@@ -99,6 +108,17 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     },
     hasBlob: (digest) => hasBlob(layout, digest),
     downloadBlob: (download) => downloadBlob(layout, download),
+    async bytesMissing(blobs) {
+      let missing = 0;
+      for (const { digest, size } of new Map(blobs.map((b) => [b.digest, b])).values()) {
+        if (await hasBlob(layout, digest)) continue;
+        const partial = await partialSize(layout, digest);
+        // A partial file longer than the blob is not resumed from: the download starts over.
+        missing += partial <= size ? size - partial : size;
+      }
+      return missing;
+    },
+    freeSpace: () => (options.freeSpace ?? freeSpace)(layout.blobsDir),
     putBlob: (data) => putBlob(layout, data),
     pin(digests) {
       for (const d of digests) pins.set(d, (pins.get(d) ?? 0) + 1);
