@@ -79,7 +79,9 @@ export function parseReference(input: string, options: ReferenceOptions = {}): M
   const text = input.trim().replace(/^hf\.co\//i, `${HUGGING_FACE}/`);
   if (!text) throw invalid(input, "it is empty");
   if (text.length > 512) throw invalid(input, "it is too long");
-  if (/[\u0000-\u0020\u007f\\]/.test(text)) throw invalid(input, "it holds spaces, control characters or backslashes");
+  // Printable ASCII only, checked before anything is lower-cased: some letters lower-case into
+  // ASCII ("\u212A", the Kelvin sign, becomes "k"), and would slip past the checks below.
+  if (/[^\x21-\x7e]|\\/.test(text)) throw invalid(input, "it holds spaces, control characters, backslashes or non-ASCII characters");
   if (text.startsWith("/")) throw invalid(input, "it is an absolute path");
   const [named, digest] = splitDigest(input, text);
   const [withoutTag, tag] = digest ? [named, DEFAULT_TAG] : splitTag(named);
@@ -91,8 +93,12 @@ export function parseReference(input: string, options: ReferenceOptions = {}): M
     throw invalid(input, "each path component is lower-case letters and digits, joined by . _ or -");
   }
   if (!TAG.test(tag)) throw invalid(input, "a tag is letters, digits, _ . - (up to 128)");
-  const name = registry === defaultRegistry ? repository : `${registry}/${repository}`;
+  // The key leaves out the default registry, unless the name's first part would then read as a
+  // registry: `docker.io/a.b/c` keeps it, or it would be the key of `a.b/c` (registry `a.b`).
+  const name = registry === defaultRegistry && !looksLikeHost(components[0]!) ? repository : `${registry}/${repository}`;
   const key = digest ? `${name}@${digest}` : `${name}:${tag}`;
+  // The key must parse back as itself (a default tag and registry make it longer than the input).
+  if (key.length > 512) throw invalid(input, "it is too long");
   return { registry, repository, remotePath, tag, ...(digest ? { digest } : {}), key };
 }
 

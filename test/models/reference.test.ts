@@ -86,3 +86,23 @@ describe("bareName", () => {
     expect(bareName(key)).toBe(expected);
   });
 });
+
+// Found by the fuzz tests (test/fuzz/reference.fuzz.test.ts).
+describe("parseReference, fuzz findings", () => {
+  it("refuses a non-ASCII letter that lower-cases into ASCII (the Kelvin sign is not k)", () => {
+    for (const input of ["\u212A", "hf.co/\u212Aorg/repo", "\u212A.com/x", "ai/caf\u00e9"]) {
+      expect(() => parseReference(input)).toThrow(HttpError);
+    }
+  });
+
+  it("keeps the default registry in the key when the name's first part reads as a registry", () => {
+    expect(parseReference("docker.io/a.b/c").key).toBe("docker.io/a.b/c:latest");
+    expect(parseReference("a.b/c").key).toBe("a.b/c:latest");
+    expect(parseReference("docker.io/a.b/c").key).not.toBe(parseReference("a.b/c").key);
+    expect(parseReference(parseReference("docker.io/localhost/x").key)).toMatchObject({ registry: "docker.io", repository: "localhost/x" });
+  });
+
+  it("refuses a name whose key would be too long to parse back", () => {
+    expect(() => parseReference(`hf.co/org/${"b".repeat(495)}`)).toThrow(/too long/);
+  });
+});
