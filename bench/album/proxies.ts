@@ -6,8 +6,10 @@ import { deadline, systemClock } from "../../src/album/deadline.ts";
 //   exact ids, timeout or abort;
 // - floor: the bare proxy plus what the contract asks of any implementation and the bare one
 //   skips: the client's disconnect and a timeout reach the upstream call (wired as ours is), no
-//   redirect is followed, unknown photo fields are dropped. Still no routing, no validation and
-//   no exact 64-bit ids, so about the most any implementation can reach here.
+//   redirect is followed, unknown photo fields are dropped, and the call is made exactly once:
+//   Bun's fetch resends a request on a reset keep-alive connection, so (as ours) it keeps no
+//   connection alive. Still no routing, no validation and no exact 64-bit ids, so about the most
+//   any implementation can reach here.
 
 type Photo = { id: number; title: string; url: string; thumbnailUrl: string };
 const base = process.env.PHOTOS_API_BASE_URL;
@@ -23,7 +25,7 @@ const proxies: Record<string, (request: Request) => Promise<Response>> = {
     const albumId = albumIdOf(request);
     const call = deadline(request.signal, 10_000, systemClock);
     try {
-      const init = { headers: { accept: "application/json" }, signal: call.signal, redirect: "manual" } as const;
+      const init = { headers: { accept: "application/json" }, signal: call.signal, redirect: "manual", keepalive: false } as const;
       const upstream = await fetch(`${base}/albums/${albumId}/photos`, init);
       const photos = ((await upstream.json()) as Photo[]).map(({ id, title, url, thumbnailUrl }) => ({ id, title, url, thumbnailUrl }));
       return Response.json({ albumId: Number(albumId), photos });
