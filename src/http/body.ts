@@ -16,30 +16,39 @@ export async function readBody(request: Request, limit: number, timeoutMs = BODY
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (declared > limit) throw tooLarge(limit);
   if (!request.body) return new Uint8Array();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
   const reader = request.body.getReader();
   // One timer per body, cleared as soon as it is read (a pending one per request would pile up under load).
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(tooSlow(timeoutMs)), timeoutMs)));
   try {
-    for (;;) {
-      const { done, value } = await Promise.race([reader.read(), late]);
-      if (done) break;
-      size += value.byteLength;
-      if (size > limit) throw tooLarge(limit);
-      chunks.push(value);
+    return await readAtMost(reader, limit, () => tooLarge(limit), () => Promise.race([reader.read(), late]));
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Reads a stream whole, but never past `limit` bytes: `refuse()` is thrown as soon as it crosses
+ * it. On any failure the stream is cancelled. `next` reads one chunk (a caller may race it).
+ */
+export async function readAtMost(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  limit: number,
+  refuse: () => Error,
+  next = () => reader.read(),
+): Promise<Uint8Array<ArrayBuffer>> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (let chunk = await next(); !chunk.done; chunk = await next()) {
+      size += chunk.value.byteLength;
+      if (size > limit) throw refuse();
+      chunks.push(chunk.value);
     }
   } catch (error) {
     await reader.cancel().catch(() => {});
     throw error;
-  } finally {
-    clearTimeout(timer);
   }
-  return concat(chunks, size);
-}
-
-function concat(chunks: Uint8Array[], size: number): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(size);
   let offset = 0;
   for (const chunk of chunks) {

@@ -1,3 +1,4 @@
+import { readAtMost } from "../http/body.ts";
 import { HttpError } from "../http/errors.ts";
 import { notInRegistry, unauthorized, upstreamFailure } from "./errors.ts";
 
@@ -102,26 +103,6 @@ export async function readBounded(response: Response, limit: number, t: Transfer
     throw refuse();
   }
   if (!response.body) return new Uint8Array();
-  const reader = stallGuarded(response.body, t).getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (let next = await reader.read(); !next.done; next = await reader.read()) {
-    size += next.value.byteLength;
-    if (size > limit) {
-      await reader.cancel().catch(() => {});
-      throw refuse();
-    }
-    chunks.push(next.value);
-  }
-  return concat(chunks, size);
+  return readAtMost(stallGuarded(response.body, t).getReader(), limit, refuse);
 }
 
-function concat(chunks: Uint8Array[], size: number): Uint8Array {
-  const out = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
-}
