@@ -3,6 +3,7 @@ import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
 import { createModelStore, modelRoutes } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
+import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createInference } from "./inference/index.ts";
 import type { GuardPolicy } from "./http/guard.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
@@ -76,6 +77,8 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
       maxConcurrentPulls: config.models.pullMaxConcurrent,
     }),
+    // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
+    ...anthropicRoutes(inference.deps),
     ...inference.routes,
     ...aboutRoutes,
   ];

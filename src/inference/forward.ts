@@ -22,7 +22,11 @@ export type Forwarded = {
   request: Request;
   /** The client asked for an SSE stream (`"stream": true`). */
   stream: boolean;
+  /** The last event of a stream that failed, in the client's dialect (default: OpenAI's). */
+  errorEvent?: ErrorEvent;
 };
+
+export type ErrorEvent = (error: HttpError) => Uint8Array;
 
 export async function forward(forwarded: Forwarded): Promise<Response> {
   const { lease, model, request } = forwarded;
@@ -45,7 +49,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   const relayed = relay(upstream.body, { died: lease.died, clientGone: request.signal }, lease.release, async (error) => {
     if (request.signal.aborted) return undefined;
     // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
-    return sseError(runnerFailed(model, await exitReason(lease, error)));
+    return (forwarded.errorEvent ?? sseError)(runnerFailed(model, await exitReason(lease, error)));
   });
   return new Response(relayed, init);
 }

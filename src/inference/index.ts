@@ -10,12 +10,13 @@ import { createSettingsStore } from "../scheduler/settings.ts";
 import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
 import { createMetrics } from "./metrics.ts";
-import { inferenceRoutes } from "./routes.ts";
+import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
 
-export type Inference = { routes: Route[]; scheduler: Scheduler; stop(): Promise<void> };
+/** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; stop(): Promise<void> };
 
 export function createInference(config: Config["inference"], runtime: Runtime, store: ModelStore): Inference {
   const launcher = lazyLauncher(config, runtime);
@@ -36,11 +37,12 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
   void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
+  const deps: InferenceDeps = { store, scheduler, metrics, bodyLimit: config.bodyLimit, bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia } };
   const routes = [
-    ...inferenceRoutes({ store, scheduler, metrics, bodyLimit: config.bodyLimit, bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia } }),
+    ...inferenceRoutes(deps),
     ...engineRoutes({ store, scheduler, settings, metrics, engineVersion: async () => (await launcher.binary()).version }),
   ];
-  return { routes, scheduler, stop: () => scheduler.stopAll() };
+  return { routes, deps, scheduler, stop: () => scheduler.stopAll() };
 }
 
 function lazyLauncher(config: Config["inference"], runtime: Runtime) {

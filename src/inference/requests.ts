@@ -18,14 +18,22 @@ const textOrTokens = z.union([z.string(), z.array(z.string()), tokens, z.array(t
 const Chat = z.looseObject({ model, messages: z.array(Message, { error: "messages must be an array" }).min(1) });
 const Completion = z.looseObject({ model, prompt: textOrTokens });
 const Embedding = z.looseObject({ model, input: textOrTokens });
+// Anthropic's Messages API: llama-server serves it natively; it answers a body without messages
+// with a 500, so the shape is checked here.
+const Messages = Chat.extend({ max_tokens: z.number({ error: "max_tokens is required" }).int().positive() });
 
-export type Endpoint = "chat/completions" | "completions" | "embeddings";
+export type Endpoint = "chat/completions" | "completions" | "embeddings" | "messages" | "messages/count_tokens";
 
 export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model: string }> }> = {
   "chat/completions": { mode: "completion", schema: Chat },
   completions: { mode: "completion", schema: Completion },
   embeddings: { mode: "embedding", schema: Embedding },
+  messages: { mode: "completion", schema: Messages },
+  "messages/count_tokens": { mode: "completion", schema: Chat },
 };
+
+/** The endpoints of OpenAI's API (the others belong to a dialect's own routes). */
+export const OPENAI_ENDPOINTS: Endpoint[] = ["chat/completions", "completions", "embeddings"];
 
 /** The model a valid body asks for. */
 export const requestedModel = (endpoint: Endpoint, body: unknown): string => validBody(ENDPOINTS[endpoint].schema, body).model;

@@ -7,9 +7,9 @@ import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import { readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
-import { clientGone, forward } from "./forward.ts";
+import { clientGone, forward, type ErrorEvent } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
-import { ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
+import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -37,7 +37,7 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
   const routes = BASES.flatMap((base): Route[] => [
     { method: "GET", path: `${base}/models`, handle: listModels },
     { method: "GET", path: `${base}/models/:reference+`, handle: getModel },
-    ...(Object.keys(ENDPOINTS) as Endpoint[]).map((endpoint): Route => ({
+    ...OPENAI_ENDPOINTS.map((endpoint): Route => ({
       method: "POST",
       path: `${base}/${endpoint}`,
       handle: (request) => counted(deps.metrics, endpoint, () => infer(deps, endpoint, request)),
@@ -55,7 +55,8 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
   return routes;
 }
 
-async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request): Promise<Response> {
+/** One inference request: checked, its runner leased (loaded if need be), forwarded. */
+export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, errorEvent?: ErrorEvent): Promise<Response> {
   const body = await readBody(request, deps.bodyLimit);
   const json = parseJson(body);
   const requested = requestedModel(endpoint, json);
@@ -69,13 +70,13 @@ async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request):
     throw error;
   });
   const stream = (json as { stream?: unknown }).stream === true;
-  return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request, stream });
+  return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request, stream, errorEvent });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";
 
 /** Counts each answer by route and status, errors included. */
-async function counted(metrics: InferenceMetrics, route: string, handle: () => Promise<Response>): Promise<Response> {
+export async function counted(metrics: InferenceMetrics, route: string, handle: () => Promise<Response>): Promise<Response> {
   try {
     const response = await handle();
     metrics.countRequest(route, response.status);

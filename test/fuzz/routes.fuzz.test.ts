@@ -8,6 +8,7 @@ import { buildServices, UNIX_SOCKET_PREFIX, type Service } from "../../src/app.t
 import { loadConfig } from "../../src/config.ts";
 import { engineRoutes } from "../../src/inference/engines.ts";
 import { createMetrics } from "../../src/inference/metrics.ts";
+import { anthropicRoutes } from "../../src/dialects/anthropic.ts";
 import { inferenceRoutes } from "../../src/inference/routes.ts";
 import { createModelStore, modelRoutes } from "../../src/models/index.ts";
 import type { Route } from "../../src/http/router.ts";
@@ -116,11 +117,15 @@ function runnerRouteTable(): Route[] {
     }),
     ...inferenceRoutes({ metrics, bodyLimit: 1 } as unknown as Parameters<typeof inferenceRoutes>[0]),
     ...engineRoutes({ metrics } as unknown as Parameters<typeof engineRoutes>[0]),
+    ...anthropicRoutes({ metrics } as unknown as Parameters<typeof anthropicRoutes>[0]),
     // app.ts's own routes (its table is not exported).
     { method: "GET", path: "/", handle: inert },
     { method: "GET", path: "/version", handle: inert },
   ];
 }
+
+/** Paths that answer in Anthropic's envelope. */
+const ANTHROPIC_PATHS = new Set(anthropicRoutes({} as Parameters<typeof anthropicRoutes>[0]).map((r) => r.path));
 
 /** The album service's one route (see src/album/handler.ts). */
 const ALBUM_ROUTES: Pick<Route, "method" | "path">[] = [{ method: "GET", path: "/api/albums/:albumId?" }];
@@ -294,7 +299,7 @@ const json = (value: fc.Arbitrary<unknown>): fc.Arbitrary<Body> =>
 /** The model runner: every route, and more often the two that reach furthest (a pull, an inference). */
 function runnerCases(routes: Pick<Route, "method" | "path">[]): fc.Arbitrary<Case> {
   const prefixes = ["", UNIX_SOCKET_PREFIX];
-  const inferencePaths = routes.filter((r) => r.method === "POST" && /\/v1\/(chat\/completions|completions|embeddings)$/.test(r.path)).map((r) => r.path);
+  const inferencePaths = routes.filter((r) => r.method === "POST" && /\/v1\/(chat\/completions|completions|embeddings|messages(\/count_tokens)?)$/.test(r.path)).map((r) => r.path);
   return fc.oneof(
     ...routes.map((route) => ({
       weight: 3,
@@ -393,7 +398,13 @@ function check(service: Service, c: Case, response: Response, text: string): voi
     expect(type, `${where} -> ${status} content-type`).toMatch(/^application\/json/);
     let parsed: unknown;
     expect(() => (parsed = JSON.parse(text)), `${where} -> ${status} body ${JSON.stringify(text.slice(0, 200))}`).not.toThrow();
-    expect(parsed, `${where} -> ${status}`).toEqual({ error: { message: expect.any(String), type: expect.any(String), code: expect.any(String) } });
+    // Anthropic's routes answer in its envelope; every other route in OpenAI's.
+    const pathname = new URL(`http://fuzz.test${c.path}`).pathname;
+    const anthropic = c.method === "POST" && ANTHROPIC_PATHS.has(pathname.replace(/\/$/, "").replace(UNIX_SOCKET_PREFIX, ""));
+    const shape = anthropic
+      ? { type: "error", error: { message: expect.any(String), type: expect.any(String) } }
+      : { error: { message: expect.any(String), type: expect.any(String), code: expect.any(String) } };
+    expect(parsed, `${where} -> ${status}`).toEqual(shape);
     if (status === 405) expect(response.headers.get("allow"), `${where} -> 405 without Allow`).toBeTruthy();
     return;
   }

@@ -1,0 +1,59 @@
+import { HttpError } from "../http/errors.ts";
+import type { Route } from "../http/router.ts";
+import { counted, infer, type InferenceDeps } from "../inference/routes.ts";
+import type { Endpoint } from "../inference/requests.ts";
+
+// Anthropic's Messages API (what Claude Code and the Anthropic SDKs speak). llama-server serves it
+// natively, so this is a route table plus forwarding, byte for byte, SSE events included; only
+// errors are ours to shape: Anthropic's envelope `{"type":"error","error":{"type","message"}}`,
+// for our own refusals and for llama-server's (which answers in OpenAI's shape).
+
+const BASES = ["/v1", "/anthropic/v1", "/engines/v1", "/engines/llama.cpp/v1"];
+const ENDPOINTS: Endpoint[] = ["messages", "messages/count_tokens"];
+
+/** Anthropic's error types by status (its API reference). */
+function errorType(status: number): string {
+  if (status === 400 || status === 422) return "invalid_request_error";
+  if (status === 401) return "authentication_error";
+  if (status === 403) return "permission_error";
+  if (status === 404) return "not_found_error";
+  if (status === 413) return "request_too_large";
+  if (status === 429) return "rate_limit_error";
+  if (status === 503 || status === 529) return "overloaded_error";
+  return "api_error";
+}
+
+const envelope = (status: number, message: string) => ({ type: "error", error: { type: errorType(status), message } });
+
+function errorResponse(status: number, message: string, headers: HeadersInit = {}): Response {
+  return Response.json(envelope(status, message), { status, headers });
+}
+
+/** A failed stream's last event, as Anthropic's API sends one. */
+const errorEvent = (error: HttpError) => new TextEncoder().encode(`event: error\ndata: ${JSON.stringify(envelope(error.status, error.message))}\n\n`);
+
+/** An error answer from llama-server (OpenAI's shape) in Anthropic's; any other answer as it is. */
+async function inDialect(response: Response): Promise<Response> {
+  if (response.status < 400 || !response.headers.get("content-type")?.startsWith("application/json")) return response;
+  const text = await response.text();
+  let message = text;
+  try {
+    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
+  } catch {
+    // not JSON after all: its text is the message
+  }
+  const retryAfter = response.headers.get("retry-after");
+  return errorResponse(response.status, message, retryAfter ? { "retry-after": retryAfter } : {});
+}
+
+export function anthropicRoutes(deps: InferenceDeps): Route[] {
+  const handle = (endpoint: Endpoint) => async (request: Request) => {
+    try {
+      return await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, errorEvent)));
+    } catch (error) {
+      if (!(error instanceof HttpError)) throw error;
+      return errorResponse(error.status, error.message, error.headers);
+    }
+  };
+  return BASES.flatMap((base) => ENDPOINTS.map((endpoint): Route => ({ method: "POST", path: `${base}/${endpoint}`, handle: handle(endpoint) })));
+}
