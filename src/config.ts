@@ -90,6 +90,9 @@ const Settings = z.object({
   INFERENCE_THREADS: z.coerce.number().int().min(1).max(1024).optional(),
   INFERENCE_KEEP_ALIVE: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"').default("5m"),
   INFERENCE_BODY_LIMIT: z.coerce.number().int().positive().default(10 * 1024 * 1024),
+  // OpenAI Responses kept in memory for previous_response_id and GET /v1/responses/{id}.
+  RESPONSES_STORE_SIZE: z.coerce.number().int().min(0).default(1000),
+  RESPONSES_STORE_TTL_MS: z.coerce.number().int().positive().default(3_600_000),
   INFERENCE_READY_TIMEOUT_MS: z.coerce.number().int().positive().default(300_000),
   // Runner sockets and pid files (a socket path may hold at most 107 bytes: keep it short).
   INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
@@ -149,6 +152,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
+      responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,

@@ -22,7 +22,10 @@ const Embedding = z.looseObject({ model, input: textOrTokens });
 // with a 500, so the shape is checked here.
 const Messages = Chat.extend({ max_tokens: z.number({ error: "max_tokens is required" }).int().positive() });
 
-export type Endpoint = "chat/completions" | "completions" | "embeddings" | "messages" | "messages/count_tokens";
+// OpenAI's Responses API: a string or a list of input items.
+const Responses = z.looseObject({ model, input: z.union([z.string(), z.array(z.unknown()).min(1)], { error: "input must be a string or an array of items" }) });
+
+export type Endpoint = "chat/completions" | "completions" | "embeddings" | "messages" | "messages/count_tokens" | "responses";
 
 export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model: string }> }> = {
   "chat/completions": { mode: "completion", schema: Chat },
@@ -30,6 +33,7 @@ export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model
   embeddings: { mode: "embedding", schema: Embedding },
   messages: { mode: "completion", schema: Messages },
   "messages/count_tokens": { mode: "completion", schema: Chat },
+  responses: { mode: "completion", schema: Responses },
 };
 
 /** The endpoints of OpenAI's API (the others belong to a dialect's own routes). */

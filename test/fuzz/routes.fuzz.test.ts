@@ -9,6 +9,7 @@ import { loadConfig } from "../../src/config.ts";
 import { engineRoutes } from "../../src/inference/engines.ts";
 import { createMetrics } from "../../src/inference/metrics.ts";
 import { anthropicRoutes } from "../../src/dialects/anthropic.ts";
+import { createResponseStore, responsesRoutes } from "../../src/dialects/responses.ts";
 import { inferenceRoutes } from "../../src/inference/routes.ts";
 import { createModelStore, modelRoutes } from "../../src/models/index.ts";
 import type { Route } from "../../src/http/router.ts";
@@ -118,6 +119,7 @@ function runnerRouteTable(): Route[] {
     ...inferenceRoutes({ metrics, bodyLimit: 1 } as unknown as Parameters<typeof inferenceRoutes>[0]),
     ...engineRoutes({ metrics } as unknown as Parameters<typeof engineRoutes>[0]),
     ...anthropicRoutes({ metrics } as unknown as Parameters<typeof anthropicRoutes>[0]),
+    ...responsesRoutes({ metrics } as unknown as Parameters<typeof responsesRoutes>[0], createResponseStore({ maxEntries: 1, maxAgeMs: 1 })),
     // app.ts's own routes (its table is not exported).
     { method: "GET", path: "/", handle: inert },
     { method: "GET", path: "/version", handle: inert },
@@ -299,7 +301,7 @@ const json = (value: fc.Arbitrary<unknown>): fc.Arbitrary<Body> =>
 /** The model runner: every route, and more often the two that reach furthest (a pull, an inference). */
 function runnerCases(routes: Pick<Route, "method" | "path">[]): fc.Arbitrary<Case> {
   const prefixes = ["", UNIX_SOCKET_PREFIX];
-  const inferencePaths = routes.filter((r) => r.method === "POST" && /\/v1\/(chat\/completions|completions|embeddings|messages(\/count_tokens)?)$/.test(r.path)).map((r) => r.path);
+  const inferencePaths = routes.filter((r) => r.method === "POST" && /\/v1\/(chat\/completions|completions|embeddings|messages(\/count_tokens)?|responses)$/.test(r.path)).map((r) => r.path);
   return fc.oneof(
     ...routes.map((route) => ({
       weight: 3,
