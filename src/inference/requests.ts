@@ -25,15 +25,22 @@ const Messages = Chat.extend({ max_tokens: z.number({ error: "max_tokens is requ
 // OpenAI's Responses API: a string or a list of input items.
 const Responses = z.looseObject({ model, input: z.union([z.string(), z.array(z.unknown()).min(1)], { error: "input must be a string or an array of items" }) });
 
-export type Endpoint = "chat/completions" | "completions" | "embeddings" | "messages" | "messages/count_tokens" | "responses";
+// llama-server's token counting, for clients that count tokens.
+const Tokenize = z.looseObject({ model, content: z.string({ error: "content must be a string" }) });
+const Detokenize = z.looseObject({ model, tokens: tokens });
 
-export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model: string }> }> = {
+export type Endpoint = "chat/completions" | "completions" | "embeddings" | "messages" | "messages/count_tokens" | "responses" | "tokenize" | "detokenize";
+
+/** Each endpoint: the runner mode it needs, the shape checked, and its path on llama-server (default `/v1/<endpoint>`). */
+export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model: string }>; path?: string }> = {
   "chat/completions": { mode: "completion", schema: Chat },
   completions: { mode: "completion", schema: Completion },
   embeddings: { mode: "embedding", schema: Embedding },
   messages: { mode: "completion", schema: Messages },
   "messages/count_tokens": { mode: "completion", schema: Chat },
   responses: { mode: "completion", schema: Responses },
+  tokenize: { mode: "completion", schema: Tokenize, path: "/tokenize" },
+  detokenize: { mode: "completion", schema: Detokenize, path: "/detokenize" },
 };
 
 /** The endpoints of OpenAI's API (the others belong to a dialect's own routes). */

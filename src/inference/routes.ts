@@ -43,6 +43,10 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
       handle: (request) => counted(deps.metrics, endpoint, () => infer(deps, endpoint, request)),
     })),
   ]);
+  // llama-server's own token counting, at its own paths (no /v1), as clients that count tokens call it.
+  for (const endpoint of ["tokenize", "detokenize"] as const) {
+    routes.push({ method: "POST", path: `/${endpoint}`, handle: (request) => counted(deps.metrics, endpoint, () => infer(deps, endpoint, request)) });
+  }
   // After the real ones, so only another engine's paths reach it.
   const unknownEngine = (request: IRequest) => {
     const engine = String(request.params.engine);
@@ -70,7 +74,8 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
     throw error;
   });
   const stream = (json as { stream?: unknown }).stream === true;
-  return forward({ lease, model: model.tags[0] ?? model.id, path: `/v1/${endpoint}`, body, request, stream, errorEvent });
+  const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
+  return forward({ lease, model: model.tags[0] ?? model.id, path, body, request, stream, errorEvent });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";

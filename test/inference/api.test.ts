@@ -129,3 +129,13 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
     expect((await ask(unix(), "GET", `${P}/engines/ps`)).json()).toEqual([]);
   });
 });
+
+describe("token counting", () => {
+  it("forwards /tokenize and /detokenize to the model's runner, and checks their bodies", async () => {
+    const tokens = (await ask(unix(), "POST", "/exp/vDD4.40/tokenize", { model: "ai/tiny", content: "hi" })).json().tokens as number[];
+    expect(tokens.length).toBeGreaterThan(0);
+    expect((await ask({ url: stack.url }, "POST", "/detokenize", { model: "ai/tiny", tokens })).json().content).toContain("hi");
+    const bad = await ask({ url: stack.url }, "POST", "/tokenize", { model: "ai/tiny" });
+    expect([bad.status, bad.json().error.code]).toEqual([400, "invalid_request"]);
+  });
+});
