@@ -1,4 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
+import { withMessageStart } from "../../src/dialects/anthropic.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
@@ -76,5 +77,45 @@ describe("errors in Anthropic's envelope", () => {
     const answer = await ask({ url: stack.url }, "POST", "/v1/messages", { ...hello, messages: [{ role: "user", content: "a ".repeat(3000) }] });
     expect(answer.status).toBe(400);
     expect(answer.json()).toEqual({ type: "error", error: { type: "invalid_request_error", message: expect.stringMatching(/context/i) } });
+  });
+});
+
+// llama-server v0.5.0 leaves out message_start in many concurrent streams (measured on its own
+// socket: 114-245 of 400); the SDK then fails with "request ended without sending any chunks".
+describe("every stream begins with message_start", () => {
+  it("through us, 4 streams at a time", async () => {
+    const failures: string[] = [];
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (next < 120) {
+          const i = next++;
+          const answer = await ask({ url: stack.url }, "POST", "/v1/messages", { ...hello, ...NO_EARLY_STOP, stream: true });
+          if (!answer.body.startsWith("event: message_start") || !answer.body.includes("event: message_stop")) failures.push(`${i}: ${answer.body.slice(0, 120)}`);
+        }
+      }),
+    );
+    expect(failures).toEqual([]);
+  });
+
+  const run = async (chunks: string[]) => {
+    const source = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
+        controller.close();
+      },
+    });
+    return new Response(source.pipeThrough(withMessageStart("ai/tiny"))).text();
+  };
+
+  it("puts one before a stream that lacks it, even when its first event comes in pieces", async () => {
+    const text = await run(["event: content_block_st", 'art\ndata: {"type":"content_block_start"}\n\n', "event: message_stop\ndata: {}\n\n"]);
+    expect(text).toMatch(/^event: message_start\ndata: \{"type":"message_start","message":\{"id":"msg_\w+","type":"message","role":"assistant","content":\[\],"model":"ai\/tiny"/);
+    expect(text.endsWith('event: content_block_start\ndata: {"type":"content_block_start"}\n\nevent: message_stop\ndata: {}\n\n')).toBe(true);
+  });
+
+  it("leaves a stream that has it as it came", async () => {
+    const chunks = ['event: message_start\ndata: {"type":"message_start"}\n\n', "event: message_stop\ndata: {}\n\n"];
+    expect(await run(chunks)).toBe(chunks.join(""));
   });
 });
