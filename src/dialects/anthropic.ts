@@ -85,20 +85,18 @@ function messageStart(model: string): string {
   return `event: message_start\ndata: ${JSON.stringify({ type: "message_start", message })}\n\n`;
 }
 
-/** A streamed answer of /v1/messages with its first event made sure of; `copy` is the request's body, unread. */
-async function streamed(response: Response, copy: Request): Promise<Response> {
+/** A streamed answer of /v1/messages with its first event made sure of. */
+function streamed(response: Response, model: string): Response {
   if (!response.body || !response.headers.get("content-type")?.startsWith("text/event-stream")) return response;
-  const { model } = (await copy.json().catch(() => ({}))) as { model?: unknown };
-  return new Response(response.body.pipeThrough(withMessageStart(String(model ?? ""))), response);
+  return new Response(response.body.pipeThrough(withMessageStart(model)), response);
 }
 
 export function anthropicRoutes(deps: InferenceDeps): Route[] {
   const handle = (endpoint: Endpoint) => async (request: Request) => {
     try {
-      // Only a streamed message may need its first event: its body is kept to name the model there.
-      const copy = endpoint === "messages" ? request.clone() : undefined;
-      const response = await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, errorEvent)));
-      return copy ? await streamed(response, copy) : response;
+      let model = "";
+      const response = await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, errorEvent, (m) => (model = m))));
+      return endpoint === "messages" ? streamed(response, model) : response;
     } catch (error) {
       if (!(error instanceof HttpError)) throw error;
       return errorResponse(error.status, error.message, error.headers);

@@ -60,10 +60,11 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
 }
 
 /** One inference request: checked, its runner leased (loaded if need be), forwarded. */
-export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, errorEvent?: ErrorEvent): Promise<Response> {
+export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, errorEvent?: ErrorEvent, requestedAs?: (model: string) => void): Promise<Response> {
   const body = await readBody(request, deps.bodyLimit);
   const json = parseJson(body);
   const requested = requestedModel(endpoint, json);
+  requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch(async (error) => {
