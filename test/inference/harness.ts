@@ -135,7 +135,8 @@ async function runnerPids(runDir: string): Promise<number[]> {
   return pids;
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process with this pid exists (signal 0). */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

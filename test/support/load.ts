@@ -1,7 +1,7 @@
 import { readdir } from "node:fs/promises";
 import { request, type ClientRequest } from "node:http";
 import { join } from "node:path";
-import { startStack, type Stack } from "../inference/harness.ts";
+import { isAlive, startStack, type Stack } from "../inference/harness.ts";
 import type { RuntimeName } from "./server-process.ts";
 
 // A bounded load-and-fault run against the model runner as it ships (a child process, real
@@ -100,8 +100,8 @@ export async function runLoad(options: LoadOptions): Promise<LoadReport> {
     if (exit !== 0) problems.push(`the server exited with ${exit} on SIGTERM`);
     const left = (await readdir(join(stack.dir, "run")).catch(() => [])).filter((f) => f.endsWith(".sock") || f.endsWith(".pid"));
     if (left.length) problems.push(`left behind after SIGTERM: ${left.join(", ")}`);
-    for (let i = 0; i < 40 && [...pidsSeen].some(alive); i++) await sleep(50);
-    for (const pid of pidsSeen) if (alive(pid)) problems.push(`runner ${pid} outlived the server`);
+    for (let i = 0; i < 40 && [...pidsSeen].some(isAlive); i++) await sleep(50);
+    for (const pid of pidsSeen) if (isAlive(pid)) problems.push(`runner ${pid} outlived the server`);
   } finally {
     await stack.stop();
   }
@@ -235,12 +235,3 @@ function withDeadline<T>(work: Promise<T>, ms: number, late: () => T): Promise<T
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
