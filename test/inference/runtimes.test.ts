@@ -1,3 +1,4 @@
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
@@ -26,6 +27,16 @@ describe.each(["node", "deno"] as const)("under %s", (runtime) => {
     let chunks = 0;
     for await (const _ of stream) chunks++;
     expect(chunks).toBeGreaterThan(1);
+  });
+
+  it("serves the Anthropic and Responses clients too", async () => {
+    const anthropic = new Anthropic({ baseURL: stack.url, apiKey: "unused", maxRetries: 0 });
+    const message = await anthropic.messages.create({ model: "ai/tiny", max_tokens: 4, messages: [{ role: "user", content: "hi" }] });
+    expect(message.type).toBe("message");
+    const openai = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const first = await openai.responses.create({ model: "ai/tiny", input: "hi", max_output_tokens: 2 });
+    const second = await openai.responses.create({ model: "ai/tiny", input: "more", previous_response_id: first.id, max_output_tokens: 2 });
+    expect(second.usage!.input_tokens).toBeGreaterThan(first.usage!.input_tokens);
   });
 
   it("frees the llama-server slot when the client hangs up", async () => {
