@@ -64,6 +64,10 @@ export const methodNotAllowed = (allow: string[]) =>
     allow: allow.join(", "),
   });
 
+/** The client left before its answer: nobody reads this, but the status tells the logs. */
+export const clientGone = (message = "client closed the request") =>
+  new HttpError(499, "invalid_request_error", "client_closed_request", message);
+
 /** Renders anything thrown by a handler; an unexpected error is a 500 that names no internals. */
 export function renderError(error: unknown): Response {
   if (error instanceof HttpError) return error.toResponse();

@@ -1,4 +1,4 @@
-import { HttpError } from "../http/errors.ts";
+import { clientGone, HttpError } from "../http/errors.ts";
 import { unlessAborted } from "../http/abort.ts";
 import { relay } from "../http/relay.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
@@ -84,9 +84,9 @@ async function whole(upstream: Response, { lease, model, request }: Forwarded): 
 async function send({ lease, model, path, body, request, stream }: Forwarded): Promise<Response> {
   const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
   if (stream) headers.connection = "close";
+  const signal = AbortSignal.any([request.signal, lease.died]);
   for (let attempt = 0; ; attempt++) {
     try {
-      const signal = AbortSignal.any([request.signal, lease.died]);
       return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
     } catch (error) {
       if (request.signal.aborted) throw clientGone();
@@ -112,5 +112,3 @@ function sseError(error: HttpError): Uint8Array {
   return new TextEncoder().encode(`data: ${JSON.stringify(event)}\n\n`);
 }
 
-/** The client left before an answer: nobody reads this, but the status tells the logs. */
-export const clientGone = () => new HttpError(499, "invalid_request_error", "client_closed_request", "client closed the request");

@@ -1,5 +1,5 @@
 import type { IRequest } from "itty-router";
-import { HttpError, notFound } from "../http/errors.ts";
+import { clientGone, HttpError, notFound } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
 import { referenceParam, resolveOr404 } from "../models/lookup.ts";
@@ -7,7 +7,7 @@ import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import { readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
-import { clientGone, forward, type ErrorEvent } from "./forward.ts";
+import { forward, type ErrorEvent } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 

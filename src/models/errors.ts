@@ -19,6 +19,3 @@ export const conflict = (message: string) => new HttpError(409, "conflict_error"
 export const upstreamFailure = (message: string) => new HttpError(502, "upstream_error", "pull_failed", message);
 
 export const insufficientStorage = (message: string) => new HttpError(507, "server_error", "insufficient_storage", message);
-
-/** A pull whose client left while it waited for its turn: nobody reads this answer. */
-export const clientGone = () => new HttpError(499, "invalid_request_error", "client_closed_request", "the client went away before its pull started");

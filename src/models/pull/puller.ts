@@ -1,5 +1,6 @@
 import { unlessAborted } from "../../http/abort.ts";
-import { clientGone, insufficientStorage } from "../errors.ts";
+import { clientGone } from "../../http/errors.ts";
+import { insufficientStorage } from "../errors.ts";
 import { formatSize } from "../gguf.ts";
 import { CorruptBlobError } from "../store/blobs.ts";
 import type { ModelStore } from "../store/store.ts";
@@ -134,7 +135,7 @@ export function createPuller(store: ModelStore, options: PullerOptions = {}): Pu
         try {
           await unlessAborted(settled, signal);
         } catch (error) {
-          throw signal?.aborted ? clientGone() : error;
+          throw signal?.aborted ? clientGone("the client went away before its pull started") : error;
         } finally {
           waiting -= 1;
           if (signal?.aborted) cancelIfUnwanted();
