@@ -2,6 +2,9 @@ import { errorResponse } from "../http/errors.ts";
 import { relay } from "../http/relay.ts";
 import type { FetchHandler } from "./types.ts";
 
+/** Nothing here dies on its own: a signal that never aborts, made once. */
+const NEVER = new AbortController().signal;
+
 /** Answers that are streams (SSE, NDJSON progress): they hold their place until they end. */
 const STREAMED = /^(text\/event-stream|application\/x-ndjson)/;
 
@@ -27,8 +30,7 @@ export function capInFlight(handler: FetchHandler, max: number): FetchHandler {
       const response = await handler(request);
       if (!response.body || !STREAMED.test(response.headers.get("content-type") ?? "")) return response;
       streaming = true;
-      const never = new AbortController().signal;
-      return new Response(relay(response.body, { died: never, clientGone: request.signal }, leave, async () => undefined), response);
+      return new Response(relay(response.body, { died: NEVER, clientGone: request.signal }, leave, async () => undefined), response);
     } finally {
       // A streamed answer gives its place back when it ends; every other one here.
       if (!streaming) leave();
