@@ -5,6 +5,7 @@ import { createModelStore, modelRoutes } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
+import { rerankRoutes } from "./dialects/rerank.ts";
 import { createInference } from "./inference/index.ts";
 import type { GuardPolicy } from "./http/guard.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
@@ -81,6 +82,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore)),
+    ...rerankRoutes(inference.deps),
     ...inference.routes,
     ...aboutRoutes,
   ];
