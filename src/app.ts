@@ -1,11 +1,12 @@
 import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
-import { createModelStore, modelRoutes } from "./models/index.ts";
+import { createModelApi, createModelStore } from "./models/index.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
+import { ollamaRoutes } from "./dialects/ollama/routes.ts";
 import { createInference } from "./inference/index.ts";
 import type { GuardPolicy } from "./http/guard.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
@@ -54,6 +55,12 @@ const aboutRoutes: Route[] = [
   { method: "GET", path: "/version", handle: () => Response.json({ version: VERSION }) },
 ];
 
+/**
+ * What /api/version answers: the Ollama API release whose routes and shapes we serve (clients such
+ * as Open WebUI check it before using newer fields), not our own version (that is at /version).
+ */
+const OLLAMA_API_VERSION = "0.12.0";
+
 /** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
 export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
@@ -61,8 +68,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
   const inference = createInference(config.inference, runtime, store);
   const fetch = globalThis.fetch.bind(globalThis);
-  const routes: Route[] = [
-    ...modelRoutes({
+  const models = createModelApi({
       store,
       registry: {
         fetch,
@@ -78,11 +84,14 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       },
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
       maxConcurrentPulls: config.models.pullMaxConcurrent,
-    }),
+  });
+  const routes: Route[] = [
+    ...models.routes,
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore)),
     ...rerankRoutes(inference.deps),
+    ...ollamaRoutes({ inference: inference.deps, store, models, settings: inference.settings, version: OLLAMA_API_VERSION }),
     ...inference.routes,
     ...aboutRoutes,
   ];

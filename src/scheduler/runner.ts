@@ -1,4 +1,5 @@
 import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
+import { keepAliveMs } from "./policy.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
@@ -75,11 +76,13 @@ export class Runner {
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
   private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
+  #keepAlive: { text: string; ms: number };
   private markStopped!: () => void;
 
   constructor(options: RunnerOptions, start: StartRunner, events: RunnerEvents) {
     this.options = options;
     this.events = events;
+    this.#keepAlive = { text: options.keepAlive, ms: options.keepAliveMs };
     this.stopped = new Promise((resolve) => (this.markStopped = resolve));
     void this.load(start);
   }
@@ -96,6 +99,17 @@ export class Runner {
   /** Requests holding a slot now. */
   get inUse(): number {
     return this.#inUse;
+  }
+
+  /** How long it stays loaded once idle, as last asked for (see `keepFor`). */
+  get keepAlive(): string {
+    return this.#keepAlive.text;
+  }
+
+  /** Sets how long the runner stays loaded once idle ("5m", "0", "-1"); applies from its next idle moment. */
+  keepFor(keepAlive: string): void {
+    if (keepAlive === this.#keepAlive.text) return;
+    this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
   }
 
   get waiting(): number {
@@ -237,7 +251,7 @@ export class Runner {
     if (this.busy || (this.state !== "ready" && this.state !== "draining")) return;
     if (this.state === "draining") return void this.stop();
     this.events.idle(this);
-    const ms = this.options.keepAliveMs;
+    const ms = this.#keepAlive.ms;
     if (ms === 0) this.events.expired(this);
     else if (Number.isFinite(ms)) this.keepAliveTimer = setTimeout(() => this.events.expired(this), ms);
   }

@@ -52,8 +52,12 @@ export type RunnerInfo = {
 };
 
 export interface Scheduler {
-  /** A slot on the model's runner for `mode`, loading it first if needed. */
-  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal): Promise<Lease>;
+  /**
+   * A slot on the model's runner for `mode`, loading it first if needed. `keepAlive` is how long
+   * the runner then stays loaded once idle (as Ollama's per-request keep_alive: until the next
+   * request, which without one brings back the configured keep-alive).
+   */
+  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal, keepAlive?: string): Promise<Lease>;
   /** Loads the runner in the background (after configure), if it is not loaded. */
   preload(model: ModelRef, mode: Mode): void;
   runners(): RunnerInfo[];
@@ -198,7 +202,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     inUse: runner.inUse,
     waiting: runner.waiting,
     lastUsed: runner.lastUsed,
-    keepAlive: runner.options.keepAlive,
+    keepAlive: runner.keepAlive,
     threads: runner.options.threads,
   });
 
@@ -206,12 +210,15 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     [...runners].filter((r) => r.options.modelId === model.id);
 
   return {
-    async acquire(model, mode, signal) {
+    async acquire(model, mode, signal, keepAlive) {
       // A runner that goes away while this request waits in its queue (crash, reload, unload): one
       // more try on a fresh one, then a 503 the client may retry.
       for (let attempt = 0; ; attempt++) {
         try {
-          return await withRunner(model, mode, signal, (runner) => runner.acquire(signal));
+          return await withRunner(model, mode, signal, (runner) => {
+            runner.keepFor(keepAlive ?? runner.options.keepAlive);
+            return runner.acquire(signal);
+          });
         } catch (error) {
           if (!(error instanceof RunnerGone)) throw error;
           if (attempt >= 1) throw runnerGone(modelName(model));

@@ -31,6 +31,8 @@ export type StackOptions = {
   embedders?: string[];
   /** Further repositories pushed as tiny rerankers (rank pooling and a classifier head). */
   rerankers?: string[];
+  /** Further repositories pushed as tiny models but not pulled (for tests that pull them). */
+  unpulled?: string[];
   /** Further repositories pushed with a multimodal projector layer beside the tiny weights. */
   withProjector?: Record<string, Uint8Array>;
   env?: Record<string, string>;
@@ -46,6 +48,9 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     }
     for (const repository of options.embedders ?? []) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 11, meanPooling: true }));
+    }
+    for (const [i, repository] of (options.unpulled ?? []).entries()) {
+      await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 31 + i }));
     }
     for (const repository of options.rerankers ?? []) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 21, reranker: true }));
