@@ -86,6 +86,9 @@ const Settings = z.object({
   INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
   INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
   INFERENCE_QUEUE_DEPTH: z.coerce.number().int().nonnegative().default(64),
+  // Of those waiting, how many are handed to llama-server at once to wait in its own queue: a slot
+  // that frees starts the next there, without a round trip through us.
+  INFERENCE_RUNNER_QUEUE: z.coerce.number().int().nonnegative().max(256).default(4),
   // Compute threads per runner; unset: the CPU cores shared among the runners loaded.
   INFERENCE_THREADS: z.coerce.number().int().min(1).max(1024).optional(),
   INFERENCE_KEEP_ALIVE: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"').default("5m"),
@@ -148,6 +151,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       maxRunners: s.INFERENCE_MAX_RUNNERS,
       slots: s.INFERENCE_SLOTS,
       queueDepth: s.INFERENCE_QUEUE_DEPTH,
+      runnerQueue: s.INFERENCE_RUNNER_QUEUE,
       threads: s.INFERENCE_THREADS,
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,

@@ -24,19 +24,31 @@ export type Forwarded = {
   stream: boolean;
   /** The last event of a stream that failed, in the client's dialect (default: OpenAI's). */
   errorEvent?: ErrorEvent;
+  /** When the request arrived, and how long it then waited for its slot (or the load), in ms. */
+  clock?: { startedAt: number; waitedMs: number };
 };
+
+/**
+ * The time our process spent on a request, outside the runner: from its arrival to the answer's
+ * headers, less the wait for a slot (or a load: the runner's capacity, not our cost) and less the
+ * runner's own time (a stream's until its first bytes; a whole answer's until its last).
+ * Gateways report the same, so users can see what the proxy costs them in production.
+ */
+export const OVERHEAD_HEADER = "x-llamadock-overhead-ms";
 
 export type ErrorEvent = (error: HttpError) => Uint8Array;
 
 export async function forward(forwarded: Forwarded): Promise<Response> {
   const { lease, model, request } = forwarded;
   let upstream: Response;
+  const sentAt = performance.now();
   try {
     upstream = await send(forwarded);
   } catch (error) {
     lease.release();
     throw error;
   }
+  const answeredAt = performance.now();
   const headers = new Headers(upstream.headers);
   // The body is relayed as decoded bytes: the runner's length and encoding no longer describe it.
   for (const name of HOP_BY_HOP) headers.delete(name);
@@ -45,7 +57,12 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     return new Response(null, { status: upstream.status, headers });
   }
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
-  if (!headers.get("content-type")?.startsWith("text/event-stream")) return new Response(await whole(upstream, forwarded), init);
+  if (!headers.get("content-type")?.startsWith("text/event-stream")) {
+    const body = await whole(upstream, forwarded);
+    stamp(headers, forwarded, performance.now() - sentAt);
+    return new Response(body, init);
+  }
+  stamp(headers, forwarded, answeredAt - sentAt);
   const relayed = relay(upstream.body, { died: lease.died, clientGone: request.signal }, lease.release, async (error) => {
     if (request.signal.aborted) return undefined;
     // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
@@ -94,6 +111,12 @@ async function send({ lease, model, path, body, request, stream }: Forwarded): P
       throw runnerFailed(model, await exitReason(lease, error));
     }
   }
+}
+
+function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
+  if (!clock) return;
+  const overhead = performance.now() - clock.startedAt - clock.waitedMs - runnerMs;
+  headers.set(OVERHEAD_HEADER, Math.max(0, overhead).toFixed(2));
 }
 
 /** Why the runner failed: its exit, if it died (waited for briefly: it comes with its pipes), else the error. */

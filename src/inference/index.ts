@@ -29,6 +29,7 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
       maxRunners: config.maxRunners,
       slots: config.slots,
       queueDepth: config.queueDepth,
+      runnerQueue: config.runnerQueue,
       keepAlive: config.keepAlive,
       cpuCores: cpuBudget(),
       ...(config.threads ? { threads: config.threads } : {}),

@@ -73,12 +73,14 @@ export type InferOptions = {
 
 /** One inference request: checked, its runner leased (loaded if need be), forwarded. */
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
+  const startedAt = performance.now();
   const body = await readBody(request, deps.bodyLimit);
   const json = parseJson(body);
   const requested = requestedModel(endpoint, json);
   options.requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
+  const waitFrom = performance.now();
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, options.keepAlive).catch(async (error) => {
     if (request.signal.aborted) throw clientGone();
     // A delete that ran between the lookup above and the load took the model's file with it: to
@@ -87,9 +89,11 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
     throw error;
   });
   options.leased?.();
+  const waitedMs = performance.now() - waitFrom;
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
-  return forward({ lease, model: model.tags[0] ?? model.id, path, body, request, stream, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}) });
+  const clock = { startedAt, waitedMs };
+  return forward({ lease, model: model.tags[0] ?? model.id, path, body, request, stream, clock, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}) });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";

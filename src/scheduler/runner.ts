@@ -50,6 +50,11 @@ export type RunnerOptions = {
   mode: Mode;
   spec: RunnerSpec;
   slots: number;
+  /**
+   * Requests handed to llama-server beyond its slots, to wait in its own queue (part of
+   * `queueDepth`): when a slot frees, llama-server starts the next at once.
+   */
+  ahead?: number;
   queueDepth: number;
   /** As configured ("5m", "0", "-1"), and in milliseconds (Infinity: never). */
   keepAlive: string;
@@ -112,6 +117,11 @@ export class Runner {
     this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
   }
 
+  /** Requests at llama-server at once: its slots, and those waiting in its queue. */
+  private get inFlightCap(): number {
+    return this.options.slots + (this.options.ahead ?? 0);
+  }
+
   get waiting(): number {
     return this.waiters.length;
   }
@@ -125,7 +135,7 @@ export class Runner {
   acquire(signal?: AbortSignal): Promise<Lease> {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
-    if (this.state === "ready" && this.inUse < this.options.slots) return Promise.resolve(this.lease());
+    if (this.state === "ready" && this.inUse < this.inFlightCap) return Promise.resolve(this.lease());
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) {
       return Promise.reject(queueFull(this.options.model));
     }
@@ -240,7 +250,7 @@ export class Runner {
   }
 
   private grantWaiters(): void {
-    while ((this.state === "ready" || this.state === "draining") && this.inUse < this.options.slots) {
+    while ((this.state === "ready" || this.state === "draining") && this.inUse < this.inFlightCap) {
       const waiter = this.waiters.shift();
       if (!waiter) return;
       waiter.grant(this.lease());

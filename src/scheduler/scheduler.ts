@@ -17,6 +17,8 @@ export type SchedulerLimits = {
   slots: number;
   /** Requests that may wait per runner once its slots are taken. */
   queueDepth: number;
+  /** Of those, how many wait in llama-server's own queue rather than ours (default 0). */
+  runnerQueue?: number;
   /** Default keep-alive, e.g. "5m". */
   keepAlive: string;
   /** CPU cores the runners share (affinity and cgroup quota). */
@@ -176,13 +178,15 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     const keepAlive = settings.keepAlive ?? deps.limits.keepAlive;
     const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
     const threads = fixedThreads ?? threadShare(deps.limits.cpuCores, active.size + 1);
+    const ahead = Math.min(deps.limits.runnerQueue ?? 0, deps.limits.queueDepth);
     const options = {
       key: runnerKey(model.id, mode),
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, { slots, threads }, ++serial),
+      spec: runnerSpec(model, mode, settings, { slots, threads, ahead }, ++serial),
       slots,
+      ahead,
       threads,
       threadsFixed: fixedThreads !== undefined,
       queueDepth: deps.limits.queueDepth,
@@ -274,7 +278,7 @@ export function runnerSpec(
   model: ModelRef,
   mode: Mode,
   settings: ModelSettings,
-  { slots, threads }: { slots: number; threads: number },
+  { slots, threads, ahead = 0 }: { slots: number; threads: number; ahead?: number },
   serial: number,
 ): RunnerSpec {
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
@@ -297,7 +301,7 @@ export function runnerSpec(
       "--threads",
       String(threads),
       "--threads-http",
-      String(slots + HTTP_THREADS_SPARE),
+      String(slots + ahead + HTTP_THREADS_SPARE),
       ...settingFlags(settings),
       ...(settings.runtimeFlags ?? []),
     ],
