@@ -22,6 +22,8 @@ export type InferenceDeps = {
   bodyLimit: number;
   /** What a body may ask of llama-server. */
   bodyPolicy: BodyPolicy;
+  /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
+  admits?: (modelId: string) => boolean;
 };
 
 export const ENGINE = "llama.cpp";
@@ -67,6 +69,7 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
+  if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch(async (error) => {
     if (request.signal.aborted) throw clientGone();
     // A delete that ran between the lookup above and the load took the model's file with it: to
