@@ -3,6 +3,7 @@ import { unlessAborted } from "../http/abort.ts";
 import { relay } from "../http/relay.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
+import type { RequestTimer } from "./latency.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -24,7 +25,12 @@ export type Forwarded = {
   stream: boolean;
   /** The last event of a stream that failed, in the client's dialect (default: OpenAI's). */
   errorEvent?: ErrorEvent;
+  /** Times the answer for the latency histograms. */
+  timer?: RequestTimer;
 };
+
+/** How much of an answer's end is kept for its `timings` (llama-server's last event is under 1 KiB). */
+const TAIL_BYTES = 4096;
 
 export type ErrorEvent = (error: HttpError) => Uint8Array;
 
@@ -45,12 +51,34 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     return new Response(null, { status: upstream.status, headers });
   }
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
-  if (!headers.get("content-type")?.startsWith("text/event-stream")) return new Response(await whole(upstream, forwarded), init);
-  const relayed = relay(upstream.body, { died: lease.died, clientGone: request.signal }, lease.release, async (error) => {
-    if (request.signal.aborted) return undefined;
-    // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
-    return (forwarded.errorEvent ?? sseError)(runnerFailed(model, await exitReason(lease, error)));
-  });
+  const { timer } = forwarded;
+  if (!headers.get("content-type")?.startsWith("text/event-stream")) {
+    const answer = await whole(upstream, forwarded);
+    timer?.end(upstream.ok, tailText([new Uint8Array(answer)]));
+    return new Response(answer, init);
+  }
+  // The last chunks only: the stream itself is never buffered.
+  const tail: Uint8Array[] = [];
+  const seen = (chunk: Uint8Array) => {
+    if (tail.length === 0) timer?.firstByte();
+    tail.push(chunk);
+    if (tail.length > 3) tail.shift();
+  };
+  const done = () => {
+    lease.release();
+    timer?.end(upstream.ok, tailText(tail));
+  };
+  const relayed = relay(
+    upstream.body,
+    { died: lease.died, clientGone: request.signal },
+    done,
+    async (error) => {
+      if (request.signal.aborted) return undefined;
+      // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
+      return (forwarded.errorEvent ?? sseError)(runnerFailed(model, await exitReason(lease, error)));
+    },
+    timer && seen,
+  );
   return new Response(relayed, init);
 }
 
@@ -105,6 +133,13 @@ async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
   const exit = await Promise.race([lease.exited, later]);
   clearTimeout(timer);
   return exit ? describe(exit) : lost;
+}
+
+/** The text of the last TAIL_BYTES of `chunks` (a character cut at its start does not matter). */
+function tailText(chunks: Uint8Array[]): string {
+  const decoder = new TextDecoder();
+  const text = chunks.map((c) => decoder.decode(c.length > TAIL_BYTES ? c.subarray(c.length - TAIL_BYTES) : c, { stream: true })).join("");
+  return text.slice(-TAIL_BYTES);
 }
 
 function sseError(error: HttpError): Uint8Array {

@@ -62,7 +62,11 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
 }
 
 /** One inference request: checked, its runner leased (loaded if need be), forwarded. */
+/** Endpoints that generate or embed: timed for the latency histograms (token counting is not). */
+const TIMED = new Set<Endpoint>(["chat/completions", "completions", "embeddings", "messages", "responses"]);
+
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, errorEvent?: ErrorEvent, requestedAs?: (model: string) => void): Promise<Response> {
+  const arrived = performance.now();
   const body = await readBody(request, deps.bodyLimit);
   const json = parseJson(body);
   const requested = requestedModel(endpoint, json);
@@ -79,7 +83,9 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   });
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
-  return forward({ lease, model: model.tags[0] ?? model.id, path, body, request, stream, errorEvent });
+  const name = model.tags[0] ?? model.id;
+  const timer = TIMED.has(endpoint) ? deps.metrics.timer(name, arrived) : undefined;
+  return forward({ lease, model: name, path, body, request, stream, errorEvent, ...(timer ? { timer } : {}) });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";
