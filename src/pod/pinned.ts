@@ -1,4 +1,3 @@
-import type { ModelStore } from "../models/index.ts";
 import type { FetchHandler } from "../runtime/types.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelRef } from "../scheduler/types.ts";
@@ -11,7 +10,7 @@ import type { ModelRef } from "../scheduler/types.ts";
 export type PinnedDeps = {
   references: string[];
   allowUnpinned: boolean;
-  store: Pick<ModelStore, "resolve">;
+  store: { resolve(reference: string): Promise<ModelRef | undefined> };
   /** Pulls a model into the store; rejects with the reason it failed. */
   pull: (reference: string) => Promise<void>;
   log: (line: string) => void;
