@@ -1,5 +1,5 @@
 import { modelNotFound } from "../models/errors.ts";
-import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { modelInUse, modelPinned, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
@@ -258,6 +258,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     async whileDeleting(model, remove) {
       // The check, the guard and taking the runners out of `active` are one synchronous step.
       const runners = ofModel(model, [...active.values(), ...leaving]);
+      if ([...pinned.values()].some((p) => p.model.id === model.id)) throw modelPinned(modelName(model));
       if (runners.some((r) => r.busy)) throw modelInUse(modelName(model));
       deleting.set(model.id, (deleting.get(model.id) ?? 0) + 1);
       try {

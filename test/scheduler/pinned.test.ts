@@ -105,6 +105,15 @@ describe("pinned runners", () => {
     expect(scheduler.runners()).toMatchObject([{ state: "ready", pinned: true }]);
   });
 
+  it("cannot be deleted: 409, and it stays loaded", async () => {
+    const { scheduler, started, pinLoaded } = setup();
+    await pinLoaded(A);
+    let removed = false;
+    await expect(scheduler.whileDeleting(A, async () => (removed = true))).rejects.toMatchObject({ status: 409, code: "model_pinned" });
+    expect(removed).toBe(false);
+    expect(started[0]!.stopped).toBe(false);
+  });
+
   it("is not launched again after stopAll", async () => {
     const { scheduler, pending, pinLoaded } = setup();
     await pinLoaded(A);
