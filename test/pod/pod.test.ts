@@ -70,11 +70,14 @@ describe("a replica with a pinned model", () => {
     expect((await ask(target(), "GET", "/engines/ps")).status).toBe(401);
   });
 
-  it("keeps the pinned runner loaded after its requests, where keep-alive 0 would unload another", async () => {
+  it("keeps the pinned runner loaded after its requests (where keep-alive 0 would unload another), unload and delete", async () => {
     const answer = await ask(target(), "POST", "/v1/chat/completions", { model: "ai/pinned", messages: [{ role: "user", content: "hi" }], max_tokens: 3 }, KEY);
     expect(answer.status).toBe(200);
     const unloaded = await ask(target(), "POST", "/engines/unload", { all: true }, KEY);
     expect(unloaded.json()).toEqual({ unloaded_runners: 0 });
+    const deleted = await ask(target(), "DELETE", "/models/ai/pinned", undefined, KEY);
+    expect(deleted.status).toBe(409);
+    expect(deleted.json()).toMatchObject({ error: { code: "model_pinned" } });
     expect(await pinnedReady()).toBe(true);
   });
 
