@@ -10,50 +10,51 @@ import type { ServerProcess } from "../support/server-process.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { until } from "../support/until.ts";
 
-// A replica as Kubernetes runs it, through real processes: the server under Bun with a pinned model
+// A replica as Kubernetes runs it, through real processes: the server under each runtime with a pinned model
 // that only the registry has (it is pulled at start), real llama-server runners, API keys on, the
 // probes open; then SIGTERM in the middle of a streamed answer.
 
 const KEY = { authorization: "Bearer pod-key" };
-let registry: Registry;
-let dir: string;
-let server: ServerProcess;
-let url: string;
-/** Every /readyz status seen, with whether the pinned runner was ready right after it. */
-const probes: { status: number; runnerReady: boolean; body: string }[] = [];
 
-const target = () => ({ url });
-const ps = async () => (await ask(target(), "GET", "/engines/ps", undefined, KEY)).json() as { model_name: string; state: string }[];
-const pinnedReady = async () => (await ps()).some((r) => r.model_name === "ai/pinned:latest" && r.state === "ready");
+describe.each(["bun", "node", "deno"] as const)("a replica with a pinned model, under %s", (runtime) => {
+  let registry: Registry;
+  let dir: string;
+  let server: ServerProcess;
+  let url: string;
+  /** Every /readyz status seen, with whether the pinned runner was ready right after it. */
+  const probes: { status: number; runnerReady: boolean; body: string }[] = [];
 
-beforeAll(async () => {
-  registry = await startRegistry();
-  await pushModel(registry, "ai/pinned", "latest", tinyLlamaGguf({ seed: 1 }));
-  await pushModel(registry, "ai/other", "latest", tinyLlamaGguf({ seed: 2 }));
-  dir = await mkdtemp(join(tmpdir(), "llamadock-pod-"));
-  server = await startRunnerService("bun", dir, registry, {
-    PINNED_MODELS: "ai/pinned",
-    API_KEYS: "pod-key",
-    // Any runner not pinned is unloaded as soon as it is idle.
-    INFERENCE_KEEP_ALIVE: "0",
-    SHUTDOWN_GRACE_MS: "60000",
+  const target = () => ({ url });
+  const ps = async () => (await ask(target(), "GET", "/engines/ps", undefined, KEY)).json() as { model_name: string; state: string }[];
+  const pinnedReady = async () => (await ps()).some((r) => r.model_name === "ai/pinned:latest" && r.state === "ready");
+
+  beforeAll(async () => {
+    registry = await startRegistry();
+    await pushModel(registry, "ai/pinned", "latest", tinyLlamaGguf({ seed: 1 }));
+    await pushModel(registry, "ai/other", "latest", tinyLlamaGguf({ seed: 2 }));
+    dir = await mkdtemp(join(tmpdir(), "llamadock-pod-"));
+    server = await startRunnerService(runtime, dir, registry, {
+      PINNED_MODELS: "ai/pinned",
+      API_KEYS: "pod-key",
+      // Any runner not pinned is unloaded as soon as it is idle.
+      INFERENCE_KEEP_ALIVE: "0",
+      SHUTDOWN_GRACE_MS: "60000",
+    });
+    url = /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
+    // Probed as the kubelet does, with no key; each answer checked against the runner's state then.
+    await until(async () => {
+      const answer = await ask(target(), "GET", "/readyz");
+      probes.push({ status: answer.status, runnerReady: await pinnedReady(), body: answer.body });
+      return answer.status === 200;
+    }, "readiness");
+  }, 120_000);
+
+  afterAll(async () => {
+    await server?.stop(10_000);
+    await registry?.stop();
+    if (dir) await rm(dir, { recursive: true, force: true });
   });
-  url = /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
-  // Probed as the kubelet does, with no key; each answer checked against the runner's state then.
-  await until(async () => {
-    const answer = await ask(target(), "GET", "/readyz");
-    probes.push({ status: answer.status, runnerReady: await pinnedReady(), body: answer.body });
-    return answer.status === 200;
-  }, "readiness");
-}, 120_000);
 
-afterAll(async () => {
-  await server?.stop(10_000);
-  await registry?.stop();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
-
-describe("a replica with a pinned model", () => {
   it("pulls the pinned model at start and loads it before readiness turns 200", () => {
     expect(server.output()).toContain("pinned model ai/pinned: pulling");
     const first = probes.findIndex((p) => p.status === 200);
@@ -109,9 +110,9 @@ describe("a replica with a pinned model", () => {
     expect(await server.exited).toBe(0);
     expect(pids.filter(isAlive)).toEqual([]);
   }, 120_000);
-});
 
-async function runnerPids(): Promise<number[]> {
-  const names = (await readdir(join(dir, "run"))).filter((n) => n.endsWith(".pid"));
-  return Promise.all(names.map(async (n) => (JSON.parse(await readFile(join(dir, "run", n), "utf8")) as { pid: number }).pid));
-}
+  async function runnerPids(): Promise<number[]> {
+    const names = (await readdir(join(dir, "run"))).filter((n) => n.endsWith(".pid"));
+    return Promise.all(names.map(async (n) => (JSON.parse(await readFile(join(dir, "run", n), "utf8")) as { pid: number }).pid));
+  }
+});
