@@ -61,10 +61,10 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
   return routes;
 }
 
-/** One inference request: checked, its runner leased (loaded if need be), forwarded. */
 /** Endpoints that generate or embed: timed for the latency histograms (token counting is not). */
 const TIMED = new Set<Endpoint>(["chat/completions", "completions", "embeddings", "messages", "responses"]);
 
+/** One inference request: checked, its runner leased (loaded if need be), forwarded. */
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, errorEvent?: ErrorEvent, requestedAs?: (model: string) => void): Promise<Response> {
   const arrived = performance.now();
   const body = await readBody(request, deps.bodyLimit);
