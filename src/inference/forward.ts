@@ -29,7 +29,7 @@ export type Forwarded = {
   timer?: RequestTimer;
 };
 
-/** How much of an answer's end is kept for its `timings` (llama-server's last event is under 1 KiB). */
+/** How much of an answer's end is kept for its `timings` (llama-server's last event is under 1 KiB), and of a whole answer's start for an embedding's `usage`. */
 const TAIL_BYTES = 4096;
 
 export type ErrorEvent = (error: HttpError) => Uint8Array;
@@ -54,7 +54,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   const { timer } = forwarded;
   if (!headers.get("content-type")?.startsWith("text/event-stream")) {
     const answer = await whole(upstream, forwarded);
-    timer?.end(upstream.ok, tailText([new Uint8Array(answer)]));
+    timer?.end(upstream.ok, edges(new Uint8Array(answer)));
     return new Response(answer, init);
   }
   // The last chunks only: the stream itself is never buffered.
@@ -140,6 +140,12 @@ function tailText(chunks: Uint8Array[]): string {
   const decoder = new TextDecoder();
   const text = chunks.map((c) => decoder.decode(c.length > TAIL_BYTES ? c.subarray(c.length - TAIL_BYTES) : c, { stream: true })).join("");
   return text.slice(-TAIL_BYTES);
+}
+
+/** A whole answer's start and end as text: `usage` leads an embedding's answer, `timings` ends a completion's. */
+function edges(answer: Uint8Array): string {
+  if (answer.length <= 2 * TAIL_BYTES) return new TextDecoder().decode(answer);
+  return `${new TextDecoder().decode(answer.subarray(0, TAIL_BYTES))}\n${tailText([answer])}`;
 }
 
 function sseError(error: HttpError): Uint8Array {

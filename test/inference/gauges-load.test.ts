@@ -13,7 +13,7 @@ const NAME = "ai/gauged:latest";
 let stack: Stack;
 
 beforeAll(async () => {
-  stack = await startStack({ models: [MODEL], env: { INFERENCE_SLOTS: "2", INFERENCE_QUEUE_DEPTH: "8" } });
+  stack = await startStack({ models: [MODEL], embedders: ["ai/embedder"], env: { INFERENCE_SLOTS: "2", INFERENCE_QUEUE_DEPTH: "8" } });
 }, 120_000);
 afterAll(async () => {
   await stack?.stop();
@@ -85,5 +85,15 @@ describe("gauges under load", () => {
       expect(await sample(after, `${prefix}prompt_tokens_total`)).toBeGreaterThan(prompt);
       expect(await sample(after, `${prefix}e2e_request_latency_seconds_bucket`)).toBe(e2e + 3);
     }
+  }, 60_000);
+
+  it("count an embedding's prompt tokens, from its usage", async () => {
+    const embedding = await ask({ url: stack.url }, "POST", "/v1/embeddings", { model: "ai/embedder", input: "hello there" });
+    expect(embedding.status).toBe(200);
+    const used = embedding.json().usage.prompt_tokens as number;
+    expect(used).toBeGreaterThan(0);
+    const text = await metricsText();
+    expect(text).toContain(`llamadock:prompt_tokens_total{model_name="ai/embedder:latest"} ${used}\n`);
+    expect(text).toContain(`vllm:e2e_request_latency_seconds_count{model_name="ai/embedder:latest"} 1\n`);
   }, 60_000);
 });
