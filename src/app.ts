@@ -8,6 +8,9 @@ import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
 import { ollamaRoutes } from "./dialects/ollama/routes.ts";
 import { createInference } from "./inference/index.ts";
+import { createDrain } from "./pod/drain.ts";
+import { HEALTH_PATHS, healthRoutes } from "./pod/health.ts";
+import { createPinned, pullThrough } from "./pod/pinned.ts";
 import type { GuardPolicy } from "./http/guard.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 import { VERSION } from "./version.ts";
@@ -24,6 +27,11 @@ export type Service = {
   policy: GuardPolicy;
   /** Ends what the service started (the model runner's llama-server runners), after its listeners closed. */
   stop?: () => Promise<void>;
+  /**
+   * On SIGTERM, before the listeners close: new requests get 503 and readiness fails; resolves once
+   * the work in flight ended, or after `graceMs`.
+   */
+  drain?: (graceMs: number) => Promise<void>;
 };
 
 export function buildServices(config: Config, runtime: Runtime): Service[] {
@@ -66,7 +74,15 @@ export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
 function modelRunner(config: Config, runtime: Runtime): Service {
   const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
-  const inference = createInference(config.inference, runtime, store);
+  const pinned = createPinned({
+    references: config.pod.pinnedModels,
+    allowUnpinned: config.pod.allowUnpinned,
+    store,
+    pull: (reference) => pull(reference),
+    log: (line) => console.log(line),
+  });
+  const drain = createDrain();
+  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
   const fetch = globalThis.fetch.bind(globalThis);
   const models = createModelApi({
       store,
@@ -94,9 +110,28 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     ...ollamaRoutes({ inference: inference.deps, store, models, settings: inference.settings, version: OLLAMA_API_VERSION }),
     ...inference.routes,
     ...aboutRoutes,
+    ...healthRoutes({
+      draining: () => drain.draining,
+      storeProblem: () => store.list().then(() => undefined, (error: Error) => `the model store cannot be read (${error.message})`),
+      pinnedProblem: pinned.problem,
+    }),
   ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
-  const handler = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
-  return { name: "model runner", handler, targets, policy: config.security, stop: inference.stop };
+  const routed = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
+  const pull = pullThrough(routed);
+  pinned.start(inference.scheduler);
+  const idle = () => inference.scheduler.runners().every((r) => r.inUse === 0 && r.waiting === 0);
+  return {
+    name: "model runner",
+    // While draining, probes and metrics still answer.
+    handler: drain.wrap(routed, [...HEALTH_PATHS, "/metrics"]),
+    targets,
+    policy: config.security,
+    drain: (graceMs) => drain.drain(graceMs, idle),
+    stop: async () => {
+      pinned.stop();
+      await inference.stop();
+    },
+  };
 }

@@ -3,6 +3,7 @@ import { availableParallelism, homedir } from "node:os";
 import { join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
+import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
@@ -101,6 +102,12 @@ const Settings = z.object({
   INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
+  // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
+  // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.
+  PINNED_MODELS: z.string().default("").transform(list),
+  ALLOW_UNPINNED_MODELS: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
+  // /livez and /readyz answer without an API key (probes carry none).
+  HEALTH_PATHS_OPEN: z.enum(["true", "false"]).default("true").transform((v) => v === "true"),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -147,6 +154,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       pullMaxConcurrent: s.PULL_MAX_CONCURRENT,
       pullStallTimeoutMs: s.PULL_STALL_TIMEOUT_MS,
     },
+    pod: { pinnedModels: s.PINNED_MODELS, allowUnpinned: s.ALLOW_UNPINNED_MODELS },
     inference: {
       maxRunners: s.INFERENCE_MAX_RUNNERS,
       slots: s.INFERENCE_SLOTS,
@@ -165,7 +173,9 @@ function toConfig(s: z.infer<typeof Settings>) {
   };
 }
 
-const list = (value: string | undefined) => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+function list(value: string | undefined): string[] {
+  return (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+}
 
 function security(s: z.infer<typeof Settings>) {
   const apiKeys = [...list(s.API_KEYS), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
@@ -173,7 +183,7 @@ function security(s: z.infer<typeof Settings>) {
     allowedHosts: s.ALLOWED_HOSTS,
     allowedOrigins: [...DEFAULT_ORIGINS, ...list(s.ALLOWED_ORIGINS), ...list(s.DMR_ORIGINS), ...list(s.OLLAMA_ORIGINS)],
     apiKeys,
-    openPaths: s.OPEN_PATHS,
+    openPaths: [...s.OPEN_PATHS, ...(s.HEALTH_PATHS_OPEN ? HEALTH_PATHS : [])],
     allowUnauthenticatedRemote: s.ALLOW_UNAUTHENTICATED_REMOTE,
   };
 }

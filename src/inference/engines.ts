@@ -154,7 +154,9 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   }
 
   async function metrics(): Promise<Response> {
-    const text = deps.metrics.render(scheduler.runners(), await scheduler.scrape("/metrics"));
+    // /slots gives each slot's context and the tokens it holds: the KV-cache gauge is made of them.
+    const [scraped, slots] = await Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]);
+    const text = deps.metrics.render(scheduler.runners(), scraped, slots);
     return new Response(text, { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
   }
 

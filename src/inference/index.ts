@@ -18,7 +18,12 @@ import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
 export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; stop(): Promise<void> };
 
-export function createInference(config: Config["inference"], runtime: Runtime, store: ModelStore): Inference {
+export function createInference(
+  config: Config["inference"],
+  runtime: Runtime,
+  store: ModelStore,
+  { admits }: Pick<InferenceDeps, "admits"> = {},
+): Inference {
   const launcher = lazyLauncher(config, runtime);
   const metrics = createMetrics();
   const settings = createSettingsStore(config.settingsPath);
@@ -38,7 +43,14 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
   void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
-  const deps: InferenceDeps = { store, scheduler, metrics, bodyLimit: config.bodyLimit, bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia } };
+  const deps: InferenceDeps = {
+    store,
+    scheduler,
+    metrics,
+    bodyLimit: config.bodyLimit,
+    bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia },
+    ...(admits ? { admits } : {}),
+  };
   const routes = [
     ...inferenceRoutes(deps),
     ...engineRoutes({ store, scheduler, settings, metrics, engineVersion: async () => (await launcher.binary()).version }),

@@ -22,6 +22,8 @@ export type InferenceDeps = {
   bodyLimit: number;
   /** What a body may ask of llama-server. */
   bodyPolicy: BodyPolicy;
+  /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
+  admits?: (modelId: string) => boolean;
 };
 
 export const ENGINE = "llama.cpp";
@@ -59,6 +61,9 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
   return routes;
 }
 
+/** Endpoints that generate or embed: timed for the latency histograms (token counting is not). */
+const TIMED = new Set<Endpoint>(["chat/completions", "completions", "embeddings", "messages", "responses"]);
+
 /** How a dialect's route asks for one request. */
 export type InferOptions = {
   /** The last event of a stream that failed, in the dialect's shape. */
@@ -80,6 +85,7 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   options.requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
+  if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const waitFrom = performance.now();
   const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, options.keepAlive).catch(async (error) => {
     if (request.signal.aborted) throw clientGone();
@@ -92,8 +98,10 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   const waitedMs = performance.now() - waitFrom;
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
+  const name = model.tags[0] ?? model.id;
+  const timer = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
   const clock = { startedAt, waitedMs };
-  return forward({ lease, model: model.tags[0] ?? model.id, path, body, request, stream, clock, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}) });
+  return forward({ lease, model: name, path, body, request, stream, clock, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}), ...(timer ? { timer } : {}) });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";

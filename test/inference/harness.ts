@@ -95,7 +95,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   }
 }
 
-function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>) {
+export function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>) {
   return startServer({
     runtime,
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write", "--allow-run", "--allow-sys"]) } : {}),
