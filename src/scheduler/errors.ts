@@ -37,3 +37,6 @@ export function describe(cause: unknown): string {
   const code = (cause.cause as { code?: unknown } | undefined)?.code;
   return typeof code === "string" && !cause.message.includes(code) ? `${cause.message}: ${code}` : cause.message;
 }
+
+/** A model whose estimate exceeds the whole memory budget: no eviction can make room. */
+export const modelTooLarge = (message: string) => new HttpError(507, "unavailable_error", "model_too_large", message);

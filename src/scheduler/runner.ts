@@ -1,5 +1,6 @@
 import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
+import type { Estimate } from "./memory/estimate.ts";
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
 // and the leases it hands out. Only `enter` changes the state; callers read it and ask (`acquire`,
@@ -56,6 +57,8 @@ export type RunnerOptions = {
   /** llama-server's compute threads, and whether they were set (else a share of the cores). */
   threads: number;
   threadsFixed: boolean;
+  /** Its estimated memory and where it lives, when the scheduler keeps a budget. */
+  memory?: Estimate & { where: "gpu" | "cpu" };
 };
 
 /** How long a runner may take to answer a scrape before it is left out. */

@@ -4,6 +4,8 @@ import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
+import { modelBytes } from "./memory/detect.ts";
+import { runsOnGpu, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
@@ -23,6 +25,8 @@ export type SchedulerLimits = {
   cpuCores: number;
   /** Threads per runner, fixed; default: the cores shared among the runners loaded. */
   threads?: number;
+  /** A memory budget the runners' estimates must fit in; none: runners are only counted. */
+  memory?: MemoryLimits;
 };
 
 export type SchedulerDeps = {
@@ -30,6 +34,8 @@ export type SchedulerDeps = {
   settings: SettingsStore;
   limits: SchedulerLimits;
   observe?: SchedulerObserver;
+  /** Bytes of a model's files as stored; default: their sizes on disk. */
+  modelBytes?: (model: ModelRef) => Promise<number>;
 };
 
 /** Hooks for metrics: loads, their time, crashes. */
@@ -49,6 +55,10 @@ export type RunnerInfo = {
   lastUsed: number;
   keepAlive: string;
   threads: number;
+  /** The context it runs with, when the scheduler chose or knows it. */
+  contextSize?: number;
+  /** Its estimated memory and where that is, when a budget is kept. */
+  memory?: Sizing["estimate"] & { where: Sizing["where"] };
 };
 
 export interface Scheduler {
@@ -67,6 +77,8 @@ export interface Scheduler {
   whileDeleting<T>(model: ModelRef, remove: () => Promise<T>): Promise<T>;
   /** After its settings changed: new requests get a runner loaded with them. */
   reload(model: ModelRef): void;
+  /** The memory budget and what the runners use of it; undefined when none is kept. */
+  memory(): { budget: MemoryLimits["budget"]; usedBytes: number } | undefined;
   /** Fetches each ready runner's `/metrics`, with its model and mode. */
   scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
   stopAll(): Promise<void>;
@@ -143,6 +155,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    */
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
+    const memory = deps.limits.memory;
+    const weights = memory ? await (deps.modelBytes ?? modelBytes)(model) : 0;
     for (;;) {
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
       const settings = await deps.settings.get(model.id);
@@ -158,16 +172,25 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
         stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
         lastUsed: r.lastUsed,
+        bytes: r.options.memory?.total ?? 0,
       }));
-      const plan = pickEviction(views, deps.limits.maxRunners);
-      if (plan.kind === "room") return use(launch(model, mode, settings));
-      // The unload goes on if the client leaves; only the wait for it ends.
-      if (plan.kind === "evict") await unlessAborted(unloadRunner(active.get(plan.key)!), signal);
+      const slots = settings.slots ?? deps.limits.slots;
+      // Sized beside the runners that stay (those stopping give their memory back soon); a model
+      // that cannot fit even alone throws its 507 here, before anything is unloaded.
+      const others = views.reduce((sum, v) => sum + (v.stopping ? 0 : v.bytes), 0);
+      const sizing = memory && sizeLaunch(model, settings, slots, weights, others, memory);
+      const need = sizing && memory ? { bytes: sizing.estimate.total, budget: memory.budget.bytes } : undefined;
+      const plan = pickEviction(views, deps.limits.maxRunners, need);
+      if (plan.kind === "room") return use(launch(model, mode, settings, sizing));
+      // The unloads go on if the client leaves; only the wait for them ends.
+      if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
       else await waitForCapacity(signal);
     }
   }
 
-  function launch(model: ModelRef, mode: Mode, settings: ModelSettings): Runner {
+  const runnerByKey = (key: string) => active.get(key) ?? [...leaving].find((r) => r.options.key === key);
+
+  function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing?: Sizing): Runner {
     const slots = settings.slots ?? deps.limits.slots;
     const keepAlive = settings.keepAlive ?? deps.limits.keepAlive;
     const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
@@ -177,13 +200,14 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, { slots, threads }, ++serial),
+      spec: runnerSpec(model, mode, settings, { slots, threads, ...gpuAndContext(settings, sizing) }, ++serial),
       slots,
       threads,
       threadsFixed: fixedThreads !== undefined,
       queueDepth: deps.limits.queueDepth,
       keepAlive,
       keepAliveMs: keepAliveMs(keepAlive),
+      ...(sizing ? { memory: { ...sizing.estimate, where: sizing.where } } : {}),
     };
     const runner = new Runner(options, deps.start, events);
     active.set(options.key, runner);
@@ -200,7 +224,17 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     lastUsed: runner.lastUsed,
     keepAlive: runner.options.keepAlive,
     threads: runner.options.threads,
+    ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
+    ...(runner.options.memory ? { memory: runner.options.memory } : {}),
   });
+
+  /** On a GPU budget, every layer on the GPU unless the model's flags say otherwise; the chosen context. */
+  function gpuAndContext(settings: ModelSettings, sizing: Sizing | undefined) {
+    const budget = deps.limits.memory?.budget;
+    const flags = settings.runtimeFlags ?? [];
+    const offload = budget && runsOnGpu(budget, flags) && !flags.some((f) => /^(-ngl|--n-gpu-layers)(=|$)/.test(f));
+    return { ...(offload ? { gpuLayers: "all" } : {}), ...(sizing?.contextSize !== undefined ? { contextSize: sizing.contextSize } : {}) };
+  }
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
     [...runners].filter((r) => r.options.modelId === model.id);
@@ -222,6 +256,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       void withRunner(model, mode, undefined, () => {}).catch(() => {});
     },
     runners: () => [...active.values(), ...leaving].map(info),
+    memory() {
+      const budget = deps.limits.memory?.budget;
+      if (!budget) return undefined;
+      const usedBytes = [...active.values(), ...leaving].reduce((sum, r) => sum + (r.options.memory?.total ?? 0), 0);
+      return { budget, usedBytes };
+    },
     async unload(match) {
       const idle = [...active.values()].filter((r) => !r.busy && match(info(r)));
       await Promise.all(idle.map(unloadRunner));
@@ -267,7 +307,7 @@ export function runnerSpec(
   model: ModelRef,
   mode: Mode,
   settings: ModelSettings,
-  { slots, threads }: { slots: number; threads: number },
+  { slots, threads, gpuLayers, contextSize }: { slots: number; threads: number; gpuLayers?: string; contextSize?: number },
   serial: number,
 ): RunnerSpec {
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
@@ -279,8 +319,9 @@ export function runnerSpec(
     modelPath: model.ggufPath,
     ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
     mode,
-    contextSize: settings.contextSize,
+    contextSize: contextSize ?? settings.contextSize,
     parallel: slots,
+    ...(gpuLayers ? { gpuLayers } : {}),
     ...(pooling ? { pooling } : {}),
     // llama-server serves each keep-alive connection on one HTTP thread until it closes: with
     // fewer threads than our open connections (a slot each, plus metrics), a request would wait

@@ -11,7 +11,26 @@ export interface TinyGgufOptions {
   seed?: number;
   /** Declare `llama.pooling_type` mean, as an embedding model does; default: no pooling key. */
   meanPooling?: boolean;
+  /** The shape, for tests of memory estimates; defaults as above. */
+  embedding?: number;
+  heads?: number;
+  /** Grouped-query attention: fewer key/value heads than heads. Default: as many as heads. */
+  kvHeads?: number;
+  layers?: number;
+  feedForward?: number;
+  context?: number;
 }
+
+type Shape = { embd: number; head: number; headKv: number; layer: number; ff: number; ctx: number };
+
+const shapeOf = (o: TinyGgufOptions): Shape => ({
+  embd: o.embedding ?? N_EMBD,
+  head: o.heads ?? N_HEAD,
+  headKv: o.kvHeads ?? o.heads ?? N_HEAD,
+  layer: o.layers ?? N_LAYER,
+  ff: o.feedForward ?? N_FF,
+  ctx: o.context ?? N_CTX,
+});
 
 const GGUF_VERSION = 3;
 const ALIGNMENT = 32;
@@ -60,19 +79,19 @@ function vocabulary(): { tokens: string[]; types: number[] } {
   return { tokens, types };
 }
 
-function metadata(meanPooling: boolean): Array<[string, MetaValue]> {
+function metadata(meanPooling: boolean, shape: Shape): Array<[string, MetaValue]> {
   const { tokens, types } = vocabulary();
   return [
     ["general.architecture", { type: T_STRING, value: "llama" }],
     ["general.name", { type: T_STRING, value: "tiny-random-llama" }],
     ["general.alignment", u32(ALIGNMENT)],
-    ["llama.context_length", u32(N_CTX)],
-    ["llama.embedding_length", u32(N_EMBD)],
-    ["llama.block_count", u32(N_LAYER)],
-    ["llama.feed_forward_length", u32(N_FF)],
-    ["llama.attention.head_count", u32(N_HEAD)],
-    ["llama.attention.head_count_kv", u32(N_HEAD)],
-    ["llama.rope.dimension_count", u32(N_EMBD / N_HEAD)],
+    ["llama.context_length", u32(shape.ctx)],
+    ["llama.embedding_length", u32(shape.embd)],
+    ["llama.block_count", u32(shape.layer)],
+    ["llama.feed_forward_length", u32(shape.ff)],
+    ["llama.attention.head_count", u32(shape.head)],
+    ["llama.attention.head_count_kv", u32(shape.headKv)],
+    ["llama.rope.dimension_count", u32(shape.embd / shape.head)],
     ["llama.attention.layer_norm_rms_epsilon", { type: T_FLOAT32, value: 1e-5 }],
     ["llama.vocab_size", u32(tokens.length)],
     ...(meanPooling ? [["llama.pooling_type", u32(POOLING_MEAN)] as [string, MetaValue]] : []),
@@ -86,24 +105,25 @@ function metadata(meanPooling: boolean): Array<[string, MetaValue]> {
   ];
 }
 
-function tensors(vocabSize: number): Tensor[] {
+function tensors(vocabSize: number, { embd, head, headKv, layer, ff }: Shape): Tensor[] {
+  const kvWidth = (embd / head) * headKv;
   const list: Tensor[] = [
-    { name: "token_embd.weight", dims: [N_EMBD, vocabSize], fill: "random" },
-    { name: "output_norm.weight", dims: [N_EMBD], fill: "ones" },
-    { name: "output.weight", dims: [N_EMBD, vocabSize], fill: "random" },
+    { name: "token_embd.weight", dims: [embd, vocabSize], fill: "random" },
+    { name: "output_norm.weight", dims: [embd], fill: "ones" },
+    { name: "output.weight", dims: [embd, vocabSize], fill: "random" },
   ];
-  for (let block = 0; block < N_LAYER; block++) {
+  for (let block = 0; block < layer; block++) {
     const p = `blk.${block}`;
     list.push(
-      { name: `${p}.attn_norm.weight`, dims: [N_EMBD], fill: "ones" },
-      { name: `${p}.attn_q.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.attn_k.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.attn_v.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.attn_output.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.ffn_norm.weight`, dims: [N_EMBD], fill: "ones" },
-      { name: `${p}.ffn_gate.weight`, dims: [N_EMBD, N_FF], fill: "random" },
-      { name: `${p}.ffn_up.weight`, dims: [N_EMBD, N_FF], fill: "random" },
-      { name: `${p}.ffn_down.weight`, dims: [N_FF, N_EMBD], fill: "random" },
+      { name: `${p}.attn_norm.weight`, dims: [embd], fill: "ones" },
+      { name: `${p}.attn_q.weight`, dims: [embd, embd], fill: "random" },
+      { name: `${p}.attn_k.weight`, dims: [embd, kvWidth], fill: "random" },
+      { name: `${p}.attn_v.weight`, dims: [embd, kvWidth], fill: "random" },
+      { name: `${p}.attn_output.weight`, dims: [embd, embd], fill: "random" },
+      { name: `${p}.ffn_norm.weight`, dims: [embd], fill: "ones" },
+      { name: `${p}.ffn_gate.weight`, dims: [embd, ff], fill: "random" },
+      { name: `${p}.ffn_up.weight`, dims: [embd, ff], fill: "random" },
+      { name: `${p}.ffn_down.weight`, dims: [ff, embd], fill: "random" },
     );
   }
   return list;
@@ -200,8 +220,9 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
 
 /** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
 export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
-  const meta = metadata(options.meanPooling ?? false);
-  const list = tensors(vocabulary().tokens.length);
+  const shape = shapeOf(options);
+  const meta = metadata(options.meanPooling ?? false, shape);
+  const list = tensors(vocabulary().tokens.length, shape);
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
   out.u32(GGUF_VERSION);
