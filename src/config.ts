@@ -4,6 +4,7 @@ import { join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
+import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
 // handed to the wiring as one typed object. A property given on the command line as
@@ -98,6 +99,14 @@ const Settings = z.object({
   INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
+  // Memory: the runners' estimates must fit in a budget, the GPUs' memory when llama-server uses
+  // them, else system memory (cgroup-capped); a set budget replaces the detected one (and its reserve).
+  INFERENCE_MEMORY_BUDGET: z.string().regex(BYTES_PATTERN, "a size like 8GiB or 512MiB").transform(parseBytes).optional(),
+  INFERENCE_MEMORY_RESERVE: z.string().regex(BYTES_PATTERN, "a size like 1GiB or 512MiB").default("1GiB").transform(parseBytes),
+  // The smallest context a model without a configured one is given (else it is refused).
+  INFERENCE_MIN_CONTEXT: z.coerce.number().int().min(256).default(4096),
+  // `off`: never budget or offload to a GPU, even where one is found.
+  INFERENCE_GPU: z.enum(["auto", "off"]).default("auto"),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -157,6 +166,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
+      memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },
   };
 }

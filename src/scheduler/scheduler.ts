@@ -5,7 +5,7 @@ import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, th
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelBytes } from "./memory/detect.ts";
-import { runsOnGpu, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
+import { sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
@@ -25,8 +25,6 @@ export type SchedulerLimits = {
   cpuCores: number;
   /** Threads per runner, fixed; default: the cores shared among the runners loaded. */
   threads?: number;
-  /** A memory budget the runners' estimates must fit in; none: runners are only counted. */
-  memory?: MemoryLimits;
 };
 
 export type SchedulerDeps = {
@@ -34,6 +32,11 @@ export type SchedulerDeps = {
   settings: SettingsStore;
   limits: SchedulerLimits;
   observe?: SchedulerObserver;
+  /**
+   * The memory budget the runners' estimates must fit in, read once (the devices are queried);
+   * none: runners are only counted.
+   */
+  memory?: () => Promise<MemoryLimits | undefined>;
   /** Bytes of a model's files as stored; default: their sizes on disk. */
   modelBytes?: (model: ModelRef) => Promise<number>;
 };
@@ -78,7 +81,7 @@ export interface Scheduler {
   /** After its settings changed: new requests get a runner loaded with them. */
   reload(model: ModelRef): void;
   /** The memory budget and what the runners use of it; undefined when none is kept. */
-  memory(): { budget: MemoryLimits["budget"]; usedBytes: number } | undefined;
+  memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
   /** Fetches each ready runner's `/metrics`, with its model and mode. */
   scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
   stopAll(): Promise<void>;
@@ -155,7 +158,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    */
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
-    const memory = deps.limits.memory;
+    const memory = await deps.memory?.();
     const weights = memory ? await (deps.modelBytes ?? modelBytes)(model) : 0;
     for (;;) {
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
@@ -230,9 +233,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   /** On a GPU budget, every layer on the GPU unless the model's flags say otherwise; the chosen context. */
   function gpuAndContext(settings: ModelSettings, sizing: Sizing | undefined) {
-    const budget = deps.limits.memory?.budget;
     const flags = settings.runtimeFlags ?? [];
-    const offload = budget && runsOnGpu(budget, flags) && !flags.some((f) => /^(-ngl|--n-gpu-layers)(=|$)/.test(f));
+    const offload = sizing?.where === "gpu" && !flags.some((f) => /^(-ngl|--n-gpu-layers)(=|$)/.test(f));
     return { ...(offload ? { gpuLayers: "all" } : {}), ...(sizing?.contextSize !== undefined ? { contextSize: sizing.contextSize } : {}) };
   }
 
@@ -256,8 +258,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       void withRunner(model, mode, undefined, () => {}).catch(() => {});
     },
     runners: () => [...active.values(), ...leaving].map(info),
-    memory() {
-      const budget = deps.limits.memory?.budget;
+    async memory() {
+      const budget = (await deps.memory?.())?.budget;
       if (!budget) return undefined;
       const usedBytes = [...active.values(), ...leaving].reduce((sum, r) => sum + (r.options.memory?.total ?? 0), 0);
       return { budget, usedBytes };
