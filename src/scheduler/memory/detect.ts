@@ -42,7 +42,14 @@ export function systemMemory(): { systemBytes: number; cgroupBytes?: number } {
     memoryMax: read("/sys/fs/cgroup/memory.max"),
     v1Limit: read("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
   });
-  return { systemBytes: totalmem(), ...(cgroupBytes !== undefined ? { cgroupBytes } : {}) };
+  // Deno without `--allow-sys` cannot read it: then only a cgroup limit or a set budget bounds it.
+  let systemBytes = Infinity;
+  try {
+    systemBytes = totalmem();
+  } catch {
+    // unknown
+  }
+  return { systemBytes, ...(cgroupBytes !== undefined ? { cgroupBytes } : {}) };
 }
 
 export type BudgetSettings = { setting?: number; reserve: number; gpu: boolean };
