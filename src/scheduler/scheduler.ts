@@ -169,7 +169,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const existing = active.get(key);
       if (existing) return use(existing);
       const views = [...active.values(), ...leaving].map((r) => ({
-        key: r.options.key,
+        // Unique per runner: a replaced runner still draining shares its (model, mode) key.
+        key: r.options.spec.name,
         busy: r.busy,
         // A replaced runner still serving (draining) frees its room only when its requests end,
         // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
@@ -191,7 +192,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     }
   }
 
-  const runnerByKey = (key: string) => active.get(key) ?? [...leaving].find((r) => r.options.key === key);
+  const runnerByKey = (name: string) => [...active.values(), ...leaving].find((r) => r.options.spec.name === name);
 
   function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing?: Sizing): Runner {
     const slots = settings.slots ?? deps.limits.slots;
