@@ -1,6 +1,7 @@
 import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
 import type { Estimate } from "./memory/estimate.ts";
+import { formatSize } from "../models/gguf.ts";
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
 // and the leases it hands out. Only `enter` changes the state; callers read it and ask (`acquire`,
@@ -174,7 +175,7 @@ export class Runner {
     } catch (error) {
       this.enter("stopped");
       if (!this.loadAbort.signal.aborted) this.events.loadFailed(this);
-      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error));
+      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error, this.estimateNote(error)));
       return this.finish(false);
     }
     if (this.loadAbort.signal.aborted) {
@@ -191,6 +192,13 @@ export class Runner {
     });
     this.grantWaiters();
     this.checkIdle();
+  }
+
+  /** Beside an out-of-memory at load, what we had estimated it needs. */
+  private estimateNote(error: unknown): string | undefined {
+    const memory = this.options.memory;
+    if ((error as { code?: unknown } | undefined)?.code !== "out_of_memory" || !memory) return undefined;
+    return `its estimate was ${formatSize(memory.total)} of ${memory.where === "gpu" ? "GPU memory" : "memory"}`;
   }
 
   /** The process ended without being asked to: a crash. */

@@ -112,4 +112,15 @@ describe("scheduling by memory", () => {
     await cpu.use(a);
     expect(cpu.started[0]!.spec.gpuLayers).toBeUndefined();
   });
+
+  it("names its estimate beside an out-of-memory at load", async () => {
+    const a = model("a");
+    const { scheduler, finishLoads } = setup(100 * MIB, "gpu");
+    const request = scheduler.acquire(a, "completion");
+    await flush();
+    const oom = Object.assign(new Error("not enough GPU memory for the model: llama-server could not allocate 4.00 MiB on device 0"), { code: "out_of_memory" });
+    void finishLoads(oom);
+    const error = await request.catch((e: unknown) => e);
+    expect(error).toMatchObject({ status: 503, code: "model_load_failed", message: expect.stringMatching(/could not allocate 4\.00 MiB on device 0; its estimate was 3\.00MiB of GPU memory$/) });
+  });
 });
