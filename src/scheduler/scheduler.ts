@@ -1,5 +1,5 @@
 import { modelNotFound } from "../models/errors.ts";
-import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { modelInUse, queueFull, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
@@ -91,6 +91,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
   const leaving = new Set<Runner>();
   const capacityWaiters = new Set<() => void>();
+  /** Runner key -> requests waiting for room to launch it: as many as its slots and queue hold. */
+  const waitingForRoom = new Map<string, number>();
   /** Model id -> deletes in progress: no runner of these launches. */
   const deleting = new Map<string, number>();
   let serial = 0;
@@ -188,11 +190,25 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (plan.kind === "room") return use(launch(model, mode, settings, sizing));
       // The unloads go on if the client leaves; only the wait for them ends.
       if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
-      else await waitForCapacity(signal);
+      else await waitForRoom(key, slots, model, signal);
     }
   }
 
   const runnerByKey = (name: string) => [...active.values(), ...leaving].find((r) => r.options.spec.name === name);
+
+  /** Waits for room to launch; the queue rules bound how many may wait for one runner. */
+  async function waitForRoom(key: string, slots: number, model: ModelRef, signal?: AbortSignal): Promise<void> {
+    const waiting = waitingForRoom.get(key) ?? 0;
+    if (waiting >= slots + deps.limits.queueDepth) throw queueFull(modelName(model));
+    waitingForRoom.set(key, waiting + 1);
+    try {
+      await waitForCapacity(signal);
+    } finally {
+      const left = waitingForRoom.get(key)! - 1;
+      if (left > 0) waitingForRoom.set(key, left);
+      else waitingForRoom.delete(key);
+    }
+  }
 
   function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing?: Sizing): Runner {
     const slots = settings.slots ?? deps.limits.slots;

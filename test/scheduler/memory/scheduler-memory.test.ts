@@ -123,4 +123,24 @@ describe("scheduling by memory", () => {
     const error = await request.catch((e: unknown) => e);
     expect(error).toMatchObject({ status: 503, code: "model_load_failed", message: expect.stringMatching(/could not allocate 4\.00 MiB on device 0; its estimate was 3\.00MiB of GPU memory$/) });
   });
+
+  it("waits for a busy runner rather than load on top of it, as many requests as the slots and queue hold", async () => {
+    const [a, b] = [model("a"), model("b")];
+    const { scheduler, finishLoads, pending } = setup(4 * MIB);
+    const holder = scheduler.acquire(a, "completion");
+    await flush();
+    await finishLoads();
+    const lease = await holder;
+    // One slot and a queue of one: two may wait for room, the third is refused at once.
+    const waiting = [scheduler.acquire(b, "completion"), scheduler.acquire(b, "completion")];
+    await flush();
+    expect(pending).toHaveLength(0);
+    await expect(scheduler.acquire(b, "completion")).rejects.toMatchObject({ status: 503, code: "queue_full" });
+    lease.release();
+    await flush();
+    expect(names(scheduler)).toEqual(["b"]);
+    await finishLoads();
+    // Each lets go as soon as it is served: the one slot passes from one to the other.
+    await Promise.all(waiting.map((w) => w.then((l) => l.release())));
+  });
 });
