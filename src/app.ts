@@ -77,6 +77,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       },
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
       maxConcurrentPulls: config.models.pullMaxConcurrent,
+      pullParts: config.models.pullParts,
     }),
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),

@@ -1,3 +1,4 @@
+import type { PartSettings } from "./store/parts.ts";
 import type { IRequest } from "itty-router";
 import * as z from "zod";
 import { readJson } from "../http/body.ts";
@@ -25,6 +26,8 @@ export type ModelRoutesDeps = {
   whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
   /** Pulls that may run at once; the others wait their turn (default 2). */
   maxConcurrentPulls?: number;
+  /** How large blobs are split into parallel ranged parts (default: 8 streams, parts of 16 MiB at least). */
+  pullParts?: PartSettings;
 };
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
@@ -72,7 +75,7 @@ function tagsToRemove(store: ModelStore, model: StoredModel, reference: string):
 
 export function modelRoutes(deps: ModelRoutesDeps): Route[] {
   const { store } = deps;
-  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
+  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls, parts: deps.pullParts });
 
   async function create(request: IRequest): Promise<Response> {
     const body = await readJson(request, CREATE_BODY_LIMIT, CreateBody);
