@@ -45,6 +45,16 @@ async function openPart(source: BlobSource, part: Part, signal: AbortSignal, fir
   throw new Error("the server stopped answering ranged requests");
 }
 
+/**
+ * Frees a chunk's memory once it is written, rather than at the next garbage collection, which
+ * with several streams may be a hundred megabytes later. Only a chunk that is its whole buffer:
+ * the rest of a shared one is not ours.
+ */
+function release(chunk: Uint8Array): void {
+  const buffer = chunk.buffer as ArrayBuffer & { transfer?(length: number): ArrayBuffer };
+  if (chunk.byteOffset === 0 && chunk.byteLength === buffer.byteLength && !(buffer instanceof SharedArrayBuffer)) buffer.transfer?.(0);
+}
+
 /** Writes one part's answer in place; its progress moves as each batch lands in the file. */
 async function copyPart(shared: Shared, part: Part, body: ReadableStream<Uint8Array>): Promise<void> {
   const { parts } = shared.target;
@@ -52,7 +62,10 @@ async function copyPart(shared: Shared, part: Part, body: ReadableStream<Uint8Ar
   const length = part.end - part.start;
   let received = part.done;
   const landed = (chunks: Uint8Array[]) => {
-    for (const chunk of chunks) part.done += chunk.byteLength;
+    for (const chunk of chunks) {
+      part.done += chunk.byteLength;
+      release(chunk);
+    }
     shared.hash.advance(writtenPrefix(parts));
     shared.report();
   };
