@@ -7,7 +7,7 @@ import { createModelStore } from "../../src/models/index.ts";
 import { readProgress, missingBytes } from "../../src/models/store/parts.ts";
 import { startRegistryFront, type Front, type FrontOptions } from "../support/registry-front.ts";
 import { pushModel, startRegistry, type PushedModel, type Registry } from "../support/registry.ts";
-import { startServer, type ServerProcess } from "../support/server-process.ts";
+import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { until } from "../support/until.ts";
 import { call, modelApi, pull, type ModelApi } from "./helpers.ts";
@@ -156,9 +156,10 @@ describe("a server killed in the middle of a ranged pull", () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
 
-  async function startRunner(registryHost: string, models: string) {
+  async function startRunner(runtime: RuntimeName, registryHost: string, models: string) {
     server = await startServer({
-      runtime: "node",
+      runtime,
+      ...(runtime === "deno" ? { runtimeArgs: denoPermissions([`--allow-read=${dir},.`, `--allow-write=${dir}`]) } : {}),
       env: {
         SERVICES: "runner",
         RUNNER_PORT: "0",
@@ -173,12 +174,12 @@ describe("a server killed in the middle of a ranged pull", () => {
     return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
   }
 
-  it("fetches, after a SIGKILL, only the bytes its parts had not recorded", async () => {
-    // 4 streams of 1 MiB/s: the 6 MiB take about 1.5 s, and a checkpoint is written every second.
-    const f = await front({ bytesPerSecond: 1 << 20 });
+  it.each(["node", "bun", "deno"] as const)("fetches, after a SIGKILL, only the bytes its parts had not recorded (%s)", async (runtime) => {
+    // 4 streams of 512 KiB/s: the 6 MiB take about 3 s, and a checkpoint is written every second.
+    const f = await front({ bytesPerSecond: 512 << 10 });
     dir = await mkdtemp(join(tmpdir(), "llamadock-kill-"));
     const models = join(dir, "models");
-    const url = await startRunner(f.host, models);
+    const url = await startRunner(runtime, f.host, models);
     const pulling = fetch(`${url}/models/create`, { method: "POST", body: JSON.stringify({ from: "ai/big" }) }).then((r) => r.text()).catch(() => "");
     const progressPath = createModelStore(models).layout.blobProgress(big.ggufDigest);
     await until(async () => ((await readProgress(progressPath, SIZE)) ?? []).some((p) => p.done > 0), "a checkpoint");
@@ -193,7 +194,7 @@ describe("a server killed in the middle of a ranged pull", () => {
     expect(missing).toBeLessThan(SIZE);
     const servedBefore = f.blobBytes(big.ggufDigest);
 
-    const again = await startRunner(f.host, models);
+    const again = await startRunner(runtime, f.host, models);
     const text = await (await fetch(`${again}/models/create`, { method: "POST", body: JSON.stringify({ from: "ai/big" }) })).text();
     expect(text).toContain("Model pulled successfully");
     expect(f.blobBytes(big.ggufDigest) - servedBefore).toBe(missing);
