@@ -1,5 +1,4 @@
 import { open, type FileHandle } from "node:fs/promises";
-import { backgroundHash } from "./background-hash.ts";
 import { writeProgress, writtenPrefix, type Part } from "./parts.ts";
 import { pipelinedWriter } from "./pipelined-writer.ts";
 import { prefixHash, type PrefixHash } from "./prefix-hash.ts";
@@ -142,7 +141,7 @@ export async function downloadParts(target: RangedTarget): Promise<string> {
   const queue = target.parts.filter((p) => p.done < p.end - p.start);
   const firstPart = queue.shift();
   const file = await open(target.path, "r+");
-  const hash = prefixHash(file, backgroundHash());
+  const hash = prefixHash(target.path);
   const report = () => target.onProgress?.(target.parts.reduce((sum, p) => sum + p.done, 0));
   let saved: ReturnType<typeof checkpoints> | undefined;
   let digest: string | undefined;
