@@ -101,8 +101,14 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
       let sent = 0;
       const counted = blob !== undefined && request.method === "GET";
       if (counted) gets.peak = Math.max(gets.peak, ++gets.now);
+      // Over once its last byte is sent (before the client can ask again), or once the client has gone.
+      let open = counted;
+      const over = () => {
+        if (open) gets.now -= 1;
+        open = false;
+      };
       response.on("close", () => {
-        if (counted) gets.now -= 1;
+        over();
         if (blob && !response.writableFinished) abandoned.push(blob);
         answer.destroy();
       });
@@ -131,7 +137,10 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
         response.write(data);
         throttle(answer, response, data.length);
       });
-      answer.on("end", () => response.end());
+      answer.on("end", () => {
+        over();
+        response.end();
+      });
     });
     proxied.on("error", () => response.socket?.destroy());
     request.pipe(proxied);
