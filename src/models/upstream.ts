@@ -97,6 +97,8 @@ export function stallGuarded(body: ReadableStream<Uint8Array>, t: Transfer): Rea
  * `direct` sends one to the URL it led to. A URL that stops working (a signed URL that expired:
  * 401 or 403) is forgotten, and the origin asked again.
  */
+export const sameOrigin = (a: string, b: string) => new URL(a).origin === new URL(b).origin;
+
 export function followOnce(
   viaOrigin: (headers: Record<string, string>, t: Transfer) => Promise<Response>,
   direct: (url: string, headers: Record<string, string>, t: Transfer) => Promise<Response>,

@@ -8,6 +8,7 @@ import {
   fetchWithin,
   followOnce,
   readBounded,
+  sameOrigin,
   stallGuarded,
   statusError,
   upstream,
@@ -89,10 +90,11 @@ export function fileSource(options: HubOptions, repository: string, file: HubFil
   const url = `${options.endpoint}/${encodePath(repository)}/resolve/main/${encodePath(file.path)}`;
   const reach = (to: string, init: RequestInit, t: Transfer) =>
     upstream(t.signal, "cannot reach the Hugging Face Hub", () => fetchWithin(options.fetch, to, init, t));
-  // The Hub redirects downloads to its CDN: parts go straight there, without the token.
+  // The Hub redirects downloads to its CDN: parts go straight there, without the token (kept
+  // for a redirect within the Hub's own origin, as fetch itself does).
   const open = followOnce(
     (range, t) => reach(url, { headers: headers(options, range) }, t),
-    (location, range, t) => reach(location, { headers: range }, t),
+    (location, range, t) => reach(location, { headers: sameOrigin(location, url) ? headers(options, range) : range }, t),
   );
   return async (range, signal) => {
     const t = transfer(options, file.path, signal);

@@ -11,6 +11,7 @@ import {
   fetchWithin,
   followOnce,
   readBounded,
+  sameOrigin,
   stallGuarded,
   statusError,
   upstream,
@@ -143,11 +144,13 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
       return bytes;
     },
     blobSource(descriptor) {
-      // Straight to where the registry redirected (a CDN): no credentials of the registry go there.
-      const open = followOnce(
-        (headers, t) => send(`/blobs/${descriptor.digest}`, headers, t),
-        (url, headers, t) => upstream(t.signal, `cannot reach ${new URL(url).host}`, () => fetchWithin(options.fetch, url, { headers }, t)),
-      );
+      // Straight to where the registry redirected (a CDN): the registry's credentials go there only
+      // within its own origin, as fetch itself does.
+      const direct = (url: string, headers: Record<string, string>, t: Transfer) => {
+        const own: Record<string, string> = authorization && sameOrigin(url, base) ? { authorization } : {};
+        return upstream(t.signal, `cannot reach ${new URL(url).host}`, () => fetchWithin(options.fetch, url, { headers: { ...headers, ...own } }, t));
+      };
+      const open = followOnce((headers, t) => send(`/blobs/${descriptor.digest}`, headers, t), direct);
       return async (range, signal) => {
         const t = transfer(`blob ${descriptor.digest}`, signal);
         const response = await open(rangeHeader(range), t);
