@@ -85,21 +85,22 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
   const fetch = globalThis.fetch.bind(globalThis);
   const models = createModelApi({
-      store,
-      registry: {
-        fetch,
-        insecureHosts: config.models.insecureRegistries,
-        credentials: config.models.registryCredentials,
-        stallTimeoutMs: config.models.pullStallTimeoutMs,
-      },
-      hub: {
-        fetch,
-        endpoint: config.models.hfEndpoint,
-        stallTimeoutMs: config.models.pullStallTimeoutMs,
-        ...(config.models.hfToken ? { token: config.models.hfToken } : {}),
-      },
-      whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
-      maxConcurrentPulls: config.models.pullMaxConcurrent,
+    store,
+    registry: {
+      fetch,
+      insecureHosts: config.models.insecureRegistries,
+      credentials: config.models.registryCredentials,
+      stallTimeoutMs: config.models.pullStallTimeoutMs,
+    },
+    hub: {
+      fetch,
+      endpoint: config.models.hfEndpoint,
+      stallTimeoutMs: config.models.pullStallTimeoutMs,
+      ...(config.models.hfToken ? { token: config.models.hfToken } : {}),
+    },
+    whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
+    maxConcurrentPulls: config.models.pullMaxConcurrent,
+    pullParts: config.models.pullParts,
   });
   const routes: Route[] = [
     ...models.routes,

@@ -1,3 +1,4 @@
+import type { PartSettings } from "./store/parts.ts";
 import type { IRequest } from "itty-router";
 import * as z from "zod";
 import { readJson } from "../http/body.ts";
@@ -25,6 +26,8 @@ export type ModelRoutesDeps = {
   whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
   /** Pulls that may run at once; the others wait their turn (default 2). */
   maxConcurrentPulls?: number;
+  /** How large blobs are split into parallel ranged parts (default: 8 streams, parts of 16 MiB at least). */
+  pullParts?: PartSettings;
 };
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
@@ -87,7 +90,7 @@ export const modelRoutes = (deps: ModelRoutesDeps): Route[] => createModelApi(de
 
 export function createModelApi(deps: ModelRoutesDeps): ModelApi {
   const { store } = deps;
-  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
+  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls, parts: deps.pullParts });
 
   function pull(from: string, signal: AbortSignal, token?: string): Promise<PullJob> {
     const reference = parseReference(from, store.referenceOptions);
