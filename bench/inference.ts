@@ -26,7 +26,10 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 400);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 
-const stack = await startStack({ models: ["ai/tiny"], env: { INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4" } });
+const stack = await startStack({
+  models: ["ai/tiny"],
+  env: { INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
+});
 const P = "/exp/vDD4.40";
 
 // The runtime's own Unix-socket fetch (Bun's, as the bench runs under Bun), the same for every side.
