@@ -1,14 +1,20 @@
-import { closeSync, mkdirSync, openSync, renameSync, statSync, write as writeAsync, writeSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, renameSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 
 // A runner's output: appended to its log file, which rolls over to `<file>.1` past `maxBytes` (so
 // at most twice that on disk), and the last `tailChars` kept in memory for error messages.
 //
-// llama-server writes several log lines per request, each its own chunk on the pipe. Written one
-// synchronous write per chunk, decoded and appended to a string tail, they took a third of our
-// process's CPU under bench:inference, on the thread that serves requests. So the bytes go to the
-// file as they came, batched: whatever arrives while one write is in flight goes in the next; and
-// the tail is kept as the last chunks, decoded only when someone asks for it.
+// llama-server writes several log lines per request (about 1 KB in 10 lines), each its own chunk on
+// the pipe. Written one write per chunk, decoded and appended to a string tail, they took a third
+// of our process's CPU under bench:inference, on the thread that serves requests (a write was the
+// cost: an asynchronous one under Bun still ran on that thread). So the bytes go to the file as
+// they came, gathered for up to FLUSH_MS (or FLUSH_BYTES) and written at once; our own lines (the
+// command line, the exit) and a close write at once; the tail is kept as the last chunks, decoded
+// only when someone asks for it.
+
+/** How long pumped output may wait to be written, and how much of it. */
+const FLUSH_MS = 50;
+const FLUSH_BYTES = 256 * 1024;
 
 export interface OutputLimits {
   maxBytes: number;
@@ -27,10 +33,10 @@ export class RunnerOutput {
   /** The last chunks, about `tailChars` bytes of them (a chunk more at most). */
   private recent: Uint8Array[] = [];
   private recentBytes = 0;
-  /** Chunks waiting for the write in flight to finish. */
+  /** Chunks not written yet, and how many bytes they hold. */
   private pending: Uint8Array[] = [];
-  private writing = false;
-  private closing = false;
+  private pendingBytes = 0;
+  private timer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(path: string, limits: OutputLimits = DEFAULT_OUTPUT_LIMITS) {
     this.path = path;
@@ -40,18 +46,24 @@ export class RunnerOutput {
     this.size = statSync(path).size;
   }
 
-  /** Never throws: a log that cannot be written (a full disk...) must not stop the pipes draining. */
+  /** Our own line, written at once. Never throws: a log that cannot be written (a full disk...) must not stop the pipes draining. */
   write(text: string): void {
     this.append(encoder.encode(text));
+    this.flush();
   }
 
-  /** Bytes as they came from the pipe (no decoding on the way to the file). */
+  /** Bytes as they came from the pipe (no decoding on the way to the file), written within FLUSH_MS. */
   append(chunk: Uint8Array): void {
     if (chunk.byteLength === 0) return;
     this.remember(chunk);
-    if (this.fd === undefined || this.closing) return;
+    if (this.fd === undefined) return;
     this.pending.push(chunk);
-    if (!this.writing) this.flush();
+    this.pendingBytes += chunk.byteLength;
+    if (this.pendingBytes >= FLUSH_BYTES) return this.flush();
+    if (this.timer === undefined) {
+      this.timer = setTimeout(() => this.flush(), FLUSH_MS);
+      (this.timer as { unref?: () => void }).unref?.(); // a log never keeps the process alive
+    }
   }
 
   tail(): string {
@@ -61,8 +73,8 @@ export class RunnerOutput {
 
   /** Writes what is still pending, then closes the file. */
   close(): void {
-    this.closing = true;
-    if (!this.writing) this.finish();
+    this.flush();
+    this.stop();
   }
 
   private remember(chunk: Uint8Array): void {
@@ -73,42 +85,29 @@ export class RunnerOutput {
     }
   }
 
-  /** One write of everything pending; what comes meanwhile waits for the next. */
+  /** One write of everything pending. */
   private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
     const fd = this.fd;
     if (fd === undefined || this.pending.length === 0) return;
     const batch = concat(this.pending.splice(0));
+    this.pendingBytes = 0;
     try {
       if (this.size >= this.limits.maxBytes) this.roll();
+      this.size += writeSync(this.fd!, batch);
     } catch {
-      return this.stop();
+      this.stop(); // the tail in memory still explains a failure
     }
-    this.writing = true;
-    writeAsync(this.fd!, batch, (error) => {
-      this.writing = false;
-      if (error) return this.stop(); // the tail in memory still explains a failure
-      this.size += batch.byteLength;
-      if (this.closing) this.finish();
-      else this.flush();
-    });
-  }
-
-  /** The rest, synchronously (the process is gone or the runner stops), then the file closes. */
-  private finish(): void {
-    const fd = this.fd;
-    if (fd === undefined) return;
-    try {
-      if (this.pending.length > 0) writeSync(fd, concat(this.pending.splice(0)));
-    } catch {
-      // Nothing more will be written to it either way.
-    }
-    this.stop();
   }
 
   private stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
     const fd = this.fd;
     this.fd = undefined;
     this.pending = [];
+    this.pendingBytes = 0;
     if (fd === undefined) return;
     try {
       closeSync(fd);

@@ -32,3 +32,25 @@ describe("RunnerOutput", () => {
     output.close();
   });
 });
+
+describe("RunnerOutput batching", () => {
+  const read = (path: string) => import("node:fs/promises").then((fs) => fs.readFile(path, "utf8"));
+
+  it("writes our own lines at once, pumped output within a moment, and all of it, in order, on close", async () => {
+    const dir = await import("node:fs/promises").then((fs) => fs.mkdtemp(`${(process.env.TMPDIR ?? "/tmp").replace(/\/$/, "")}/llamadock-output-`));
+    const path = `${dir}/runner.log`;
+    const output = new RunnerOutput(path);
+    output.write("--- started\n");
+    expect(await read(path)).toBe("--- started\n");
+    const encoder = new TextEncoder();
+    for (let i = 0; i < 1000; i++) output.append(encoder.encode(`line ${i}\n`));
+    // Gathered, not written chunk by chunk: then all of it within the flush interval.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const text = await read(path);
+    expect(text.split("\n").filter(Boolean)).toHaveLength(1001);
+    output.append(encoder.encode("last\n"));
+    output.close();
+    expect((await read(path)).endsWith("line 999\nlast\n")).toBe(true);
+    expect(output.tail().endsWith("last\n")).toBe(true);
+  });
+});
