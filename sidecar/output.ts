@@ -1,4 +1,4 @@
-import { closeSync, mkdirSync, openSync, renameSync, statSync, writeSync } from "node:fs";
+import { closeSync, copyFileSync, fstatSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, statSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 
 // A runner's output: appended to its log file, which rolls over to `<file>.1` past `maxBytes` (so
@@ -16,9 +16,18 @@ import { dirname } from "node:path";
 const FLUSH_MS = 50;
 const FLUSH_BYTES = 256 * 1024;
 
+// Better still, where the runtime can hand the file to the child (Bun, Node), llama-server writes
+// it itself and none of its output crosses our event loop: the tail is then read back from the
+// file, and the size is checked now and then, a file past its limit copied to `.1` and emptied
+// (the child appends, so it goes on at the new end; a line written between the copy and the
+// emptying is lost).
+const ROLL_CHECK_MS = 5_000;
+
 export interface OutputLimits {
   maxBytes: number;
   tailChars: number;
+  /** How often the size of a file the child writes itself is checked (default ROLL_CHECK_MS). */
+  rollCheckMs?: number;
 }
 
 export const DEFAULT_OUTPUT_LIMITS: OutputLimits = { maxBytes: 4 * 1024 * 1024, tailChars: 8 * 1024 };
@@ -37,6 +46,9 @@ export class RunnerOutput {
   private pending: Uint8Array[] = [];
   private pendingBytes = 0;
   private timer: ReturnType<typeof setTimeout> | undefined;
+  /** Whether the child writes the file itself, and the timer that checks its size then. */
+  private byChild = false;
+  private rollTimer: ReturnType<typeof setInterval> | undefined;
 
   constructor(path: string, limits: OutputLimits = DEFAULT_OUTPUT_LIMITS) {
     this.path = path;
@@ -66,15 +78,58 @@ export class RunnerOutput {
     }
   }
 
+  /** The open log file, for a child that can write to it itself (appending). */
+  get descriptor(): number | undefined {
+    return this.fd;
+  }
+
+  /** From now on the child writes the file itself (see above). */
+  writtenByChild(): void {
+    this.flush();
+    this.byChild = true;
+    this.rollTimer = setInterval(() => this.rollIfLarge(), this.limits.rollCheckMs ?? ROLL_CHECK_MS);
+    (this.rollTimer as { unref?: () => void }).unref?.();
+  }
+
   tail(): string {
-    const text = new TextDecoder().decode(concat(this.recent));
-    return text.slice(-this.limits.tailChars);
+    const bytes = this.byChild ? this.fileTail() : concat(this.recent);
+    return new TextDecoder().decode(bytes).slice(-this.limits.tailChars);
   }
 
   /** Writes what is still pending, then closes the file. */
   close(): void {
+    clearInterval(this.rollTimer);
     this.flush();
     this.stop();
+  }
+
+  /** The last `tailChars` bytes of the file, read back (what a child wrote itself). */
+  private fileTail(): Uint8Array {
+    try {
+      const fd = openSync(this.path, "r");
+      try {
+        const size = fstatSync(fd).size;
+        const length = Math.min(size, this.limits.tailChars);
+        const bytes = new Uint8Array(length);
+        readSync(fd, bytes, 0, length, size - length);
+        return bytes;
+      } finally {
+        closeSync(fd);
+      }
+    } catch {
+      return concat(this.recent); // the file is gone: what we wrote ourselves
+    }
+  }
+
+  private rollIfLarge(): void {
+    if (this.fd === undefined) return;
+    try {
+      if (fstatSync(this.fd).size < this.limits.maxBytes) return;
+      copyFileSync(this.path, `${this.path}.1`);
+      ftruncateSync(this.fd, 0);
+    } catch {
+      // Left as it is: a log too large is better than a runner stopped for it.
+    }
   }
 
   private remember(chunk: Uint8Array): void {
@@ -94,7 +149,8 @@ export class RunnerOutput {
     const batch = concat(this.pending.splice(0));
     this.pendingBytes = 0;
     try {
-      if (this.size >= this.limits.maxBytes) this.roll();
+      // A file the child writes too is rolled by rollIfLarge: renaming it would leave the child behind.
+      if (!this.byChild && this.size >= this.limits.maxBytes) this.roll();
       this.size += writeSync(this.fd!, batch);
     } catch {
       this.stop(); // the tail in memory still explains a failure
@@ -102,6 +158,7 @@ export class RunnerOutput {
   }
 
   private stop(): void {
+    clearInterval(this.rollTimer);
     clearTimeout(this.timer);
     this.timer = undefined;
     const fd = this.fd;

@@ -71,7 +71,9 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
   async function spawn(args: string[], output: RunnerOutput): Promise<ChildProcess> {
     const [command, ...rest] = [...prefix, binary.path, ...args] as [string, ...string[]];
     try {
-      return await runtime.spawn(command, rest, { env });
+      const child = await runtime.spawn(command, rest, { env, ...(output.descriptor !== undefined ? { output: output.descriptor } : {}) });
+      if (child.wroteToOutput) output.writtenByChild();
+      return child;
     } catch (error) {
       output.close();
       throw new SidecarError("spawn_failed", `cannot start ${binary.path}: ${(error as Error).message}`);

@@ -2,7 +2,7 @@
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { capInFlight } from "./in-flight.ts";
-import { DEFAULT_SERVE_LIMITS, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
+import { DEFAULT_SERVE_LIMITS, endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
 
 async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
@@ -51,11 +51,13 @@ const upstreamFetch = ((input: RequestInfo | URL, init?: RequestInit) =>
   fetch(input, { ...init, keepalive: false })) as typeof fetch;
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
-  const child = Bun.spawn([command, ...args], { env: options.env, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  const out = options.output ?? "pipe";
+  const child = Bun.spawn([command, ...args], { env: options.env, stdin: "ignore", stdout: out, stderr: out });
   return {
     pid: child.pid,
-    stdout: child.stdout,
-    stderr: child.stderr,
+    stdout: child.stdout instanceof ReadableStream ? child.stdout : endedStream(),
+    stderr: child.stderr instanceof ReadableStream ? child.stderr : endedStream(),
+    wroteToOutput: options.output !== undefined,
     exited: child.exited.then((code): ChildExit => {
       const signal = child.signalCode ? String(child.signalCode) : null;
       return { code: signal ? null : code, signal };

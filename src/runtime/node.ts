@@ -4,7 +4,7 @@ import { Readable } from "node:stream";
 import { serveWithNodeHttp } from "./node-http.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { unixDispatcher } from "./unix-dispatcher.ts";
-import type { ChildExit, ChildProcess, Runtime, SpawnOptions } from "./types.ts";
+import { endedStream, type ChildExit, type ChildProcess, type Runtime, type SpawnOptions } from "./types.ts";
 
 function unixFetch(socketPath: string): typeof fetch {
   const dispatcher = unixDispatcher(socketPath);
@@ -13,7 +13,8 @@ function unixFetch(socketPath: string): typeof fetch {
 }
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
-  const child = spawnChild(command, args, { env: options.env, stdio: ["ignore", "pipe", "pipe"] });
+  const out = options.output ?? "pipe";
+  const child = spawnChild(command, args, { env: options.env, stdio: ["ignore", out, out] });
   // "close" (not "exit"): by then stdout and stderr are drained, so the caller sees all output.
   // A plain listener, not once(): that would also reject on a failed spawn, unhandled.
   const exited = new Promise<ChildExit>((resolve) => child.once("close", (code, signal) => resolve({ code, signal })));
@@ -22,8 +23,9 @@ async function spawn(command: string, args: string[], options: SpawnOptions): Pr
   child.on("error", () => {});
   return {
     pid: child.pid as number,
-    stdout: Readable.toWeb(child.stdout) as unknown as ReadableStream<Uint8Array>,
-    stderr: Readable.toWeb(child.stderr) as unknown as ReadableStream<Uint8Array>,
+    stdout: child.stdout ? (Readable.toWeb(child.stdout) as unknown as ReadableStream<Uint8Array>) : endedStream(),
+    stderr: child.stderr ? (Readable.toWeb(child.stderr) as unknown as ReadableStream<Uint8Array>) : endedStream(),
+    wroteToOutput: options.output !== undefined,
     exited,
     kill: (signal) => void child.kill(signal),
   };

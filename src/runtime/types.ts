@@ -35,16 +35,27 @@ export interface ChildExit {
 
 export interface ChildProcess {
   readonly pid: number;
+  /** Empty when the output went to `SpawnOptions.output` instead (then `wroteToOutput`). */
   readonly stdout: ReadableStream<Uint8Array>;
   readonly stderr: ReadableStream<Uint8Array>;
+  /** The child writes its output to `SpawnOptions.output` itself. */
+  readonly wroteToOutput?: boolean;
   /** Settles once, when the process has exited. */
   readonly exited: Promise<ChildExit>;
   kill(signal: "SIGTERM" | "SIGKILL"): void;
 }
 
+/** A stream that has ended: the output of a child that writes its output elsewhere. */
+export const endedStream = () => new ReadableStream<Uint8Array>({ start: (controller) => controller.close() });
+
 export interface SpawnOptions {
   /** The child's whole environment (nothing is inherited beyond it). */
   env: Record<string, string>;
+  /**
+   * A file descriptor (open for appending) that the child's stdout and stderr go to directly, past
+   * our event loop. A runtime that cannot hand one to a child (Deno) pipes them as without it.
+   */
+  output?: number;
 }
 
 export interface Runtime {

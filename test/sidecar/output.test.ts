@@ -54,3 +54,25 @@ describe("RunnerOutput batching", () => {
     expect(output.tail().endsWith("last\n")).toBe(true);
   });
 });
+
+describe("RunnerOutput written by the child itself", () => {
+  it("reads its tail back from the file, and empties a file past its limit into .1", async () => {
+    const fs = await import("node:fs/promises");
+    const { writeSync } = await import("node:fs");
+    const dir = await fs.mkdtemp(`${(process.env.TMPDIR ?? "/tmp").replace(/\/$/, "")}/llamadock-output-`);
+    const path = `${dir}/runner.log`;
+    const output = new RunnerOutput(path, { maxBytes: 1000, tailChars: 20, rollCheckMs: 20 });
+    output.write("--- started\n");
+    output.writtenByChild();
+    // What llama-server would write on the same descriptor.
+    writeSync(output.descriptor!, `${"x".repeat(1500)}\nthe last line\n`);
+    expect(output.tail()).toBe(`${"x".repeat(1500)}\nthe last line\n`.slice(-20));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect((await fs.stat(`${path}.1`)).size).toBeGreaterThan(1000);
+    expect((await fs.stat(path)).size).toBe(0);
+    writeSync(output.descriptor!, "after the roll\n");
+    expect(await fs.readFile(path, "utf8")).toBe("after the roll\n");
+    output.close();
+    expect(output.tail()).toBe("after the roll\n");
+  });
+});
