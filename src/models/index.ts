@@ -5,3 +5,4 @@ export { modelRoutes, type ModelRoutesDeps } from "./routes.ts";
 export { parseReference, type ModelReference } from "./reference.ts";
 export type { RegistryOptions } from "./registry/client.ts";
 export type { HubOptions } from "./huggingface/hub.ts";
+export { createPuller, type Puller, type PullStatus } from "./pull/puller.ts";

@@ -8,7 +8,7 @@ import { referenceParam, resolveOr404 } from "./lookup.ts";
 import { planHubPull } from "./huggingface/plan.ts";
 import type { HubOptions } from "./huggingface/hub.ts";
 import type { PullEvent } from "./pull/plan.ts";
-import { createPuller, type PullJob } from "./pull/puller.ts";
+import { createPuller, type Puller, type PullJob } from "./pull/puller.ts";
 import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
 import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
@@ -25,6 +25,8 @@ export type ModelRoutesDeps = {
   whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
   /** Pulls that may run at once; the others wait their turn (default 2). */
   maxConcurrentPulls?: number;
+  /** The puller to use, when others must see its pulls in progress (the status page); default: a new one. */
+  puller?: Puller;
 };
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
@@ -72,7 +74,7 @@ function tagsToRemove(store: ModelStore, model: StoredModel, reference: string):
 
 export function modelRoutes(deps: ModelRoutesDeps): Route[] {
   const { store } = deps;
-  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
+  const puller = deps.puller ?? createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
 
   async function create(request: IRequest): Promise<Response> {
     const body = await readJson(request, CREATE_BODY_LIMIT, CreateBody);
