@@ -1,7 +1,9 @@
 import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
-import { createModelStore, modelRoutes } from "./models/index.ts";
+import { createModelStore, createPuller, modelRoutes } from "./models/index.ts";
+import { logRoutes } from "./inference/logs.ts";
+import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
@@ -48,8 +50,9 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
 }
 
 /** What Docker Model Runner's clients ask to see that a runner is there, and which. */
+const runningText = () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } });
 const aboutRoutes: Route[] = [
-  { method: "GET", path: "/", handle: () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } }) },
+  { method: "GET", path: "/", handle: runningText },
   { method: "GET", path: "/version", handle: () => Response.json({ version: VERSION }) },
 ];
 
@@ -60,6 +63,8 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
   const inference = createInference(config.inference, runtime, store);
   const fetch = globalThis.fetch.bind(globalThis);
+  // Shared with the status page, which shows the pulls in progress.
+  const puller = createPuller(store, { maxConcurrent: config.models.pullMaxConcurrent });
   const routes: Route[] = [
     ...modelRoutes({
       store,
@@ -77,11 +82,21 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       },
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
       maxConcurrentPulls: config.models.pullMaxConcurrent,
+      puller,
     }),
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore)),
     ...inference.routes,
+    ...logRoutes({ store, logDir: config.inference.logDir }),
+    // Before aboutRoutes: `/` is the page for browsers, and DMR's text for everyone else.
+    ...webRoutes({
+      runners: () => inference.scheduler.runners(),
+      models: () => store.list(),
+      pulls: () => puller.active(),
+      runDir: config.inference.runtimeDir,
+      notBrowser: runningText,
+    }),
     ...aboutRoutes,
   ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
