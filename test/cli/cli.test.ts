@@ -236,6 +236,14 @@ describe("runners", () => {
     } finally {
       await pane.kill();
     }
+    const other = await tmuxSession(`llamadock-cli-${process.pid}-d`, ["run", "ai/tiny"], env);
+    try {
+      await other.waitFor(/>>>$/, "the chat's prompt");
+      await other.keys("C-d");
+      await other.waitFor(/\[exit 0\]$/, "Ctrl-D to leave too");
+    } finally {
+      await other.kill();
+    }
   });
 });
 
