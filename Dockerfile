@@ -37,9 +37,6 @@ COPY --from=deps /app/node_modules ./node_modules
 COPY package.json tsconfig.json ./
 COPY src ./src
 COPY sidecar ./sidecar
-# The `llamadock` command (docker exec <container> llamadock ls).
-COPY bin ./bin
-RUN ln -s /srv/llamadock/bin/llamadock /usr/local/bin/llamadock
 
 # The base image keeps llama-server and its shared libraries in /app.
 ENV LLAMA_SERVER_PATH=/app/llama-server \
