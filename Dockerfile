@@ -28,7 +28,8 @@ FROM ghcr.io/ggml-org/llama.cpp:${LLAMA_CPP_VARIANT}-${LLAMA_CPP_RELEASE}
 RUN command -v setpriv >/dev/null \
  || (apt-get update && apt-get install -y --no-install-recommends util-linux && rm -rf /var/lib/apt/lists/*)
 COPY --from=bun /usr/local/bin/bun /usr/local/bin/bun
-RUN useradd --system --uid 10001 --user-group --home-dir /home/llamadock --create-home llamadock \
+RUN groupadd --system --gid 10001 llamadock \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /home/llamadock --create-home llamadock \
  && mkdir -p /models /run/llamadock /var/log/llamadock \
  && chown llamadock:llamadock /models /run/llamadock /var/log/llamadock
 
@@ -37,6 +38,9 @@ COPY --from=deps /app/node_modules ./node_modules
 COPY package.json tsconfig.json ./
 COPY src ./src
 COPY sidecar ./sidecar
+# The `llamadock` command (pull, serve...) on PATH, as the Kubernetes init container calls it.
+RUN printf '#!/bin/sh\nexec bun /srv/llamadock/src/cli/main.ts "$@"\n' > /usr/local/bin/llamadock \
+ && chmod 755 /usr/local/bin/llamadock
 
 # The base image keeps llama-server and its shared libraries in /app.
 ENV LLAMA_SERVER_PATH=/app/llama-server \
@@ -50,10 +54,12 @@ ENV LLAMA_SERVER_PATH=/app/llama-server \
 
 VOLUME ["/models"]
 EXPOSE 12434 8080
-USER llamadock
+# Numeric, so that Kubernetes' runAsNonRoot can check it is not root (it refuses a USER given by name).
+USER 10001:10001
 # curl ships in the llama.cpp server images (their own HEALTHCHECK uses it).
+# /livez needs no API key (HEALTH_PATHS_OPEN); /readyz would also wait for PINNED_MODELS.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-  CMD curl -fsS http://127.0.0.1:12434/engines/status >/dev/null || exit 1
+  CMD curl -fsS http://127.0.0.1:12434/livez >/dev/null || exit 1
 # The base image's ENTRYPOINT is llama-server: replace it.
 ENTRYPOINT []
 CMD ["bun", "run", "src/index.ts"]

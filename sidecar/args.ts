@@ -15,5 +15,7 @@ export function buildLlamaServerArgs(spec: RunnerSpec, socketPath: string): stri
     args.push("--embeddings");
     if (spec.pooling !== undefined) args.push("--pooling", spec.pooling);
   }
+  // Embeddings with rank pooling; the model's classifier head gives the score.
+  if (spec.mode === "reranking") args.push("--rerank");
   return [...args, ...(spec.extraArgs ?? [])];
 }

@@ -2,7 +2,8 @@ import * as z from "zod";
 
 // What one runner is: one llama-server process serving one model file in one mode.
 
-export type RunnerMode = "completion" | "embedding";
+/** DMR's modes: chat and completions, embeddings, and reranking (`--rerank`: rank pooling). */
+export type RunnerMode = "completion" | "embedding" | "reranking";
 export type PoolingType = "mean" | "cls" | "last" | "rank";
 
 export interface RunnerSpec {
@@ -31,7 +32,7 @@ export const runnerSpecSchema = z.object({
   alias: z.string().min(1).optional(),
   modelPath: z.string().min(1),
   mmprojPath: z.string().min(1).optional(),
-  mode: z.enum(["completion", "embedding"]),
+  mode: z.enum(["completion", "embedding", "reranking"]),
   contextSize: z.int().min(0).optional(),
   parallel: z.int().min(1).optional(),
   gpuLayers: z.string().regex(/^(\d+|auto|all)$/, "a layer count, 'auto' or 'all'").optional(),

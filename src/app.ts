@@ -1,13 +1,18 @@
 import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
-import { createModelStore, createPuller, modelRoutes } from "./models/index.ts";
+import { createModelApi, createModelStore, createPuller } from "./models/index.ts";
 import { logRoutes } from "./inference/logs.ts";
 import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
+import { rerankRoutes } from "./dialects/rerank.ts";
+import { ollamaRoutes } from "./dialects/ollama/routes.ts";
 import { createInference } from "./inference/index.ts";
+import { createDrain } from "./pod/drain.ts";
+import { HEALTH_PATHS, healthRoutes } from "./pod/health.ts";
+import { createPinned, pullThrough } from "./pod/pinned.ts";
 import type { GuardPolicy } from "./http/guard.ts";
 import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
 import { VERSION } from "./version.ts";
@@ -24,6 +29,11 @@ export type Service = {
   policy: GuardPolicy;
   /** Ends what the service started (the model runner's llama-server runners), after its listeners closed. */
   stop?: () => Promise<void>;
+  /**
+   * On SIGTERM, before the listeners close: new requests get 503 and readiness fails; resolves once
+   * the work in flight ended, or after `graceMs`.
+   */
+  drain?: (graceMs: number) => Promise<void>;
 };
 
 export function buildServices(config: Config, runtime: Runtime): Service[] {
@@ -56,17 +66,30 @@ const aboutRoutes: Route[] = [
   { method: "GET", path: "/version", handle: () => Response.json({ version: VERSION }) },
 ];
 
+/**
+ * What /api/version answers: the Ollama API release whose routes and shapes we serve (clients such
+ * as Open WebUI check it before using newer fields), not our own version (that is at /version).
+ */
+const OLLAMA_API_VERSION = "0.12.0";
+
 /** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
 export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
 function modelRunner(config: Config, runtime: Runtime): Service {
   const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
-  const inference = createInference(config.inference, runtime, store);
+  const pinned = createPinned({
+    references: config.pod.pinnedModels,
+    allowUnpinned: config.pod.allowUnpinned,
+    store,
+    pull: (reference) => pull(reference),
+    log: (line) => console.log(line),
+  });
+  const drain = createDrain();
+  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
   const fetch = globalThis.fetch.bind(globalThis);
   // Shared with the status page, which shows the pulls in progress.
   const puller = createPuller(store, { maxConcurrent: config.models.pullMaxConcurrent });
-  const routes: Route[] = [
-    ...modelRoutes({
+  const models = createModelApi({
       store,
       registry: {
         fetch,
@@ -83,10 +106,14 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
       maxConcurrentPulls: config.models.pullMaxConcurrent,
       puller,
-    }),
+  });
+  const routes: Route[] = [
+    ...models.routes,
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore)),
+    ...rerankRoutes(inference.deps),
+    ...ollamaRoutes({ inference: inference.deps, store, models, settings: inference.settings, version: OLLAMA_API_VERSION }),
     ...inference.routes,
     ...logRoutes({ store, logDir: config.inference.logDir }),
     // Before aboutRoutes: `/` is the page for browsers, and DMR's text for everyone else.
@@ -98,9 +125,28 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       notBrowser: runningText,
     }),
     ...aboutRoutes,
+    ...healthRoutes({
+      draining: () => drain.draining,
+      storeProblem: () => store.list().then(() => undefined, (error: Error) => `the model store cannot be read (${error.message})`),
+      pinnedProblem: pinned.problem,
+    }),
   ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
-  const handler = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
-  return { name: "model runner", handler, targets, policy: config.security, stop: inference.stop };
+  const routed = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
+  const pull = pullThrough(routed);
+  pinned.start(inference.scheduler);
+  const idle = () => inference.scheduler.runners().every((r) => r.inUse === 0 && r.waiting === 0);
+  return {
+    name: "model runner",
+    // While draining, probes and metrics still answer.
+    handler: drain.wrap(routed, [...HEALTH_PATHS, "/metrics"]),
+    targets,
+    policy: config.security,
+    drain: (graceMs) => drain.drain(graceMs, idle),
+    stop: async () => {
+      pinned.stop();
+      await inference.stop();
+    },
+  };
 }

@@ -3,6 +3,7 @@ import { availableParallelism, homedir } from "node:os";
 import { join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
+import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
@@ -86,6 +87,9 @@ const Settings = z.object({
   INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
   INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
   INFERENCE_QUEUE_DEPTH: z.coerce.number().int().nonnegative().default(64),
+  // Of those waiting, how many are handed to llama-server at once to wait in its own queue: a slot
+  // that frees starts the next there, without a round trip through us.
+  INFERENCE_RUNNER_QUEUE: z.coerce.number().int().nonnegative().max(256).default(4),
   // Compute threads per runner; unset: the CPU cores shared among the runners loaded.
   INFERENCE_THREADS: z.coerce.number().int().min(1).max(1024).optional(),
   INFERENCE_KEEP_ALIVE: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"').default("5m"),
@@ -98,6 +102,12 @@ const Settings = z.object({
   INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
+  // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
+  // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.
+  PINNED_MODELS: z.string().default("").transform(list),
+  ALLOW_UNPINNED_MODELS: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
+  // /livez and /readyz answer without an API key (probes carry none).
+  HEALTH_PATHS_OPEN: z.enum(["true", "false"]).default("true").transform((v) => v === "true"),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -144,10 +154,12 @@ function toConfig(s: z.infer<typeof Settings>) {
       pullMaxConcurrent: s.PULL_MAX_CONCURRENT,
       pullStallTimeoutMs: s.PULL_STALL_TIMEOUT_MS,
     },
+    pod: { pinnedModels: s.PINNED_MODELS, allowUnpinned: s.ALLOW_UNPINNED_MODELS },
     inference: {
       maxRunners: s.INFERENCE_MAX_RUNNERS,
       slots: s.INFERENCE_SLOTS,
       queueDepth: s.INFERENCE_QUEUE_DEPTH,
+      runnerQueue: s.INFERENCE_RUNNER_QUEUE,
       threads: s.INFERENCE_THREADS,
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
@@ -161,7 +173,9 @@ function toConfig(s: z.infer<typeof Settings>) {
   };
 }
 
-const list = (value: string | undefined) => (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+function list(value: string | undefined): string[] {
+  return (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+}
 
 function security(s: z.infer<typeof Settings>) {
   const apiKeys = [...list(s.API_KEYS), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
@@ -169,7 +183,7 @@ function security(s: z.infer<typeof Settings>) {
     allowedHosts: s.ALLOWED_HOSTS,
     allowedOrigins: [...DEFAULT_ORIGINS, ...list(s.ALLOWED_ORIGINS), ...list(s.DMR_ORIGINS), ...list(s.OLLAMA_ORIGINS)],
     apiKeys,
-    openPaths: s.OPEN_PATHS,
+    openPaths: [...s.OPEN_PATHS, ...(s.HEALTH_PATHS_OPEN ? HEALTH_PATHS : [])],
     allowUnauthenticatedRemote: s.ALLOW_UNAUTHENTICATED_REMOTE,
   };
 }

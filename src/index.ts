@@ -13,7 +13,10 @@ async function main(): Promise<void> {
   const services = buildServices(config, runtime);
   runtime.onShutdownSignal(async (signal) => {
     console.log(`${signal} received: finishing in-flight requests`);
-    await Promise.allSettled(listeners.map((l) => l.close(config.shutdownGraceMs)));
+    // Listeners stay open while draining: a request that still comes gets a 503 it can retry elsewhere.
+    const deadline = Date.now() + config.shutdownGraceMs;
+    await Promise.allSettled(services.map((s) => s.drain?.(config.shutdownGraceMs)));
+    await Promise.allSettled(listeners.map((l) => l.close(Math.max(0, deadline - Date.now()))));
     await Promise.allSettled(services.map((s) => s.stop?.()));
     console.log("stopped");
     runtime.exit(0);

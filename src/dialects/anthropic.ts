@@ -95,7 +95,7 @@ export function anthropicRoutes(deps: InferenceDeps): Route[] {
   const handle = (endpoint: Endpoint) => async (request: Request) => {
     try {
       let model = "";
-      const response = await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, errorEvent, (m) => (model = m))));
+      const response = await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, { errorEvent, requestedAs: (m) => (model = m) })));
       return endpoint === "messages" ? streamed(response, model) : response;
     } catch (error) {
       if (!(error instanceof HttpError)) throw error;

@@ -37,7 +37,7 @@ const ALLOWED_HEADERS = [
   "x-request-id",
 ];
 const ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS";
-const EXPOSED_HEADERS = "retry-after, x-request-id, content-type";
+const EXPOSED_HEADERS = "retry-after, x-request-id, content-type, x-llamadock-overhead-ms";
 const PREFLIGHT_MAX_AGE = "600";
 
 export const DEFAULT_ORIGINS = [

@@ -16,6 +16,8 @@ export function relay(
   { died, clientGone }: { died: AbortSignal; clientGone: AbortSignal },
   done: () => void,
   lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
+  /** Shown each chunk as it passes (metrics: the first byte, the last events). */
+  seen?: (chunk: Uint8Array) => void,
 ): ReadableStream<Uint8Array> {
   const reader = source.getReader();
   const leave = () => {
@@ -42,7 +44,10 @@ export function relay(
           controller.enqueue(tail);
           return controller.close();
         }
-        if (!chunk.done) return controller.enqueue(chunk.value);
+        if (!chunk.done) {
+          seen?.(chunk.value);
+          return controller.enqueue(chunk.value);
+        }
         finish();
         controller.close();
       },

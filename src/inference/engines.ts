@@ -33,7 +33,7 @@ const UnloadBody = z.strictObject({
 // are ignored, as DMR ignores them, so a newer client's extra field is no error.
 const ConfigureBody = z.looseObject({
   model: z.string().trim().min(1, "model is required"),
-  mode: z.enum(["completion", "embedding"], { error: 'mode must be "completion" or "embedding"' }).optional(),
+  mode: z.enum(["completion", "embedding", "reranking"], { error: 'mode must be "completion", "embedding" or "reranking"' }).optional(),
   // -1: DMR's "no limit", here the model's own trained context (0 to llama-server).
   "context-size": z.number().int().min(-1).optional(),
   slots: z.number().int().min(1).max(64).optional(),
@@ -154,7 +154,9 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   }
 
   async function metrics(): Promise<Response> {
-    const text = deps.metrics.render(scheduler.runners(), await scheduler.scrape("/metrics"));
+    // /slots gives each slot's context and the tokens it holds: the KV-cache gauge is made of them.
+    const [scraped, slots] = await Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]);
+    const text = deps.metrics.render(scheduler.runners(), scraped, slots);
     return new Response(text, { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
   }
 

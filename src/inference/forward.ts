@@ -3,6 +3,7 @@ import { unlessAborted } from "../http/abort.ts";
 import { relay } from "../http/relay.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
+import type { RequestTimer } from "./latency.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -24,19 +25,36 @@ export type Forwarded = {
   stream: boolean;
   /** The last event of a stream that failed, in the client's dialect (default: OpenAI's). */
   errorEvent?: ErrorEvent;
+  /** When the request arrived, and how long it then waited for its slot (or the load), in ms. */
+  clock?: { startedAt: number; waitedMs: number };
+  /** Times the answer for the latency histograms. */
+  timer?: RequestTimer;
 };
+
+/**
+ * The time our process spent on a request, outside the runner: from its arrival to the answer's
+ * headers, less the wait for a slot (or a load: the runner's capacity, not our cost) and less the
+ * runner's own time (a stream's until its first bytes; a whole answer's until its last).
+ * Gateways report the same, so users can see what the proxy costs them in production.
+ */
+export const OVERHEAD_HEADER = "x-llamadock-overhead-ms";
+
+/** How much of an answer's end is kept for its `timings` (llama-server's last event is under 1 KiB), and of a whole answer's start for an embedding's `usage`. */
+const TAIL_BYTES = 4096;
 
 export type ErrorEvent = (error: HttpError) => Uint8Array;
 
 export async function forward(forwarded: Forwarded): Promise<Response> {
   const { lease, model, request } = forwarded;
   let upstream: Response;
+  const sentAt = performance.now();
   try {
     upstream = await send(forwarded);
   } catch (error) {
     lease.release();
     throw error;
   }
+  const answeredAt = performance.now();
   const headers = new Headers(upstream.headers);
   // The body is relayed as decoded bytes: the runner's length and encoding no longer describe it.
   for (const name of HOP_BY_HOP) headers.delete(name);
@@ -45,12 +63,36 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     return new Response(null, { status: upstream.status, headers });
   }
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
-  if (!headers.get("content-type")?.startsWith("text/event-stream")) return new Response(await whole(upstream, forwarded), init);
-  const relayed = relay(upstream.body, { died: lease.died, clientGone: request.signal }, lease.release, async (error) => {
-    if (request.signal.aborted) return undefined;
-    // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
-    return (forwarded.errorEvent ?? sseError)(runnerFailed(model, await exitReason(lease, error)));
-  });
+  const { timer } = forwarded;
+  if (!headers.get("content-type")?.startsWith("text/event-stream")) {
+    const answer = await whole(upstream, forwarded);
+    stamp(headers, forwarded, performance.now() - sentAt);
+    timer?.end(upstream.ok, edges(new Uint8Array(answer)));
+    return new Response(answer, init);
+  }
+  stamp(headers, forwarded, answeredAt - sentAt);
+  // The last chunks only: the stream itself is never buffered.
+  const tail: Uint8Array[] = [];
+  const seen = (chunk: Uint8Array) => {
+    if (tail.length === 0) timer?.firstByte();
+    tail.push(chunk);
+    if (tail.length > 3) tail.shift();
+  };
+  const done = () => {
+    lease.release();
+    timer?.end(upstream.ok, tailText(tail));
+  };
+  const relayed = relay(
+    upstream.body,
+    { died: lease.died, clientGone: request.signal },
+    done,
+    async (error) => {
+      if (request.signal.aborted) return undefined;
+      // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
+      return (forwarded.errorEvent ?? sseError)(runnerFailed(model, await exitReason(lease, error)));
+    },
+    timer && seen,
+  );
   return new Response(relayed, init);
 }
 
@@ -96,6 +138,12 @@ async function send({ lease, model, path, body, request, stream }: Forwarded): P
   }
 }
 
+function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
+  if (!clock) return;
+  const overhead = performance.now() - clock.startedAt - clock.waitedMs - runnerMs;
+  headers.set(OVERHEAD_HEADER, Math.max(0, overhead).toFixed(2));
+}
+
 /** Why the runner failed: its exit, if it died (waited for briefly: it comes with its pipes), else the error. */
 async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
   const lost = `lost the connection (${describe(fetchError)})`;
@@ -105,6 +153,19 @@ async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
   const exit = await Promise.race([lease.exited, later]);
   clearTimeout(timer);
   return exit ? describe(exit) : lost;
+}
+
+/** The text of the last TAIL_BYTES of `chunks` (a character cut at its start does not matter). */
+function tailText(chunks: Uint8Array[]): string {
+  const decoder = new TextDecoder();
+  const text = chunks.map((c) => decoder.decode(c.length > TAIL_BYTES ? c.subarray(c.length - TAIL_BYTES) : c, { stream: true })).join("");
+  return text.slice(-TAIL_BYTES);
+}
+
+/** A whole answer's start and end as text: `usage` leads an embedding's answer, `timings` ends a completion's. */
+function edges(answer: Uint8Array): string {
+  if (answer.length <= 2 * TAIL_BYTES) return new TextDecoder().decode(answer);
+  return `${new TextDecoder().decode(answer.subarray(0, TAIL_BYTES))}\n${tailText([answer])}`;
 }
 
 function sseError(error: HttpError): Uint8Array {

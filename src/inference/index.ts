@@ -6,7 +6,7 @@ import type { ModelStore } from "../models/index.ts";
 import type { Runtime } from "../runtime/types.ts";
 import { createScheduler, type Scheduler } from "../scheduler/scheduler.ts";
 import { cpuBudget } from "../scheduler/cpu.ts";
-import { createSettingsStore } from "../scheduler/settings.ts";
+import { createSettingsStore, type SettingsStore } from "../scheduler/settings.ts";
 import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
 import { createMetrics } from "./metrics.ts";
@@ -16,9 +16,14 @@ import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
-export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; stop(): Promise<void> };
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; stop(): Promise<void> };
 
-export function createInference(config: Config["inference"], runtime: Runtime, store: ModelStore): Inference {
+export function createInference(
+  config: Config["inference"],
+  runtime: Runtime,
+  store: ModelStore,
+  { admits }: Pick<InferenceDeps, "admits"> = {},
+): Inference {
   const launcher = lazyLauncher(config, runtime);
   const metrics = createMetrics();
   const settings = createSettingsStore(config.settingsPath);
@@ -29,6 +34,7 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
       maxRunners: config.maxRunners,
       slots: config.slots,
       queueDepth: config.queueDepth,
+      runnerQueue: config.runnerQueue,
       keepAlive: config.keepAlive,
       cpuCores: cpuBudget(),
       ...(config.threads ? { threads: config.threads } : {}),
@@ -37,12 +43,19 @@ export function createInference(config: Config["inference"], runtime: Runtime, s
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
   void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
-  const deps: InferenceDeps = { store, scheduler, metrics, bodyLimit: config.bodyLimit, bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia } };
+  const deps: InferenceDeps = {
+    store,
+    scheduler,
+    metrics,
+    bodyLimit: config.bodyLimit,
+    bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia },
+    ...(admits ? { admits } : {}),
+  };
   const routes = [
     ...inferenceRoutes(deps),
     ...engineRoutes({ store, scheduler, settings, metrics, engineVersion: async () => (await launcher.binary()).version }),
   ];
-  return { routes, deps, scheduler, stop: () => scheduler.stopAll() };
+  return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
 }
 
 function lazyLauncher(config: Config["inference"], runtime: Runtime) {

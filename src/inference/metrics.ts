@@ -1,8 +1,12 @@
 import type { SchedulerObserver, RunnerInfo } from "../scheduler/scheduler.ts";
-import type { Mode } from "../scheduler/types.ts";
+import { modelGauges, type ModelGauges, type Scraped } from "./gauges.ts";
+import { createLatency, histogramLines, LATENCY_FAMILIES, TOKEN_FAMILIES, type Latency, type RequestTimer } from "./latency.ts";
 
 // GET /metrics: Prometheus text of our own counters, then each runner's llama-server metrics with
 // labels naming the runner (backend, model, mode), each family's samples grouped under one HELP/TYPE.
+// Per model (label model_name), the gauges and latencies of the inference model-server protocol,
+// under our prefix and again under vLLM's (`vllm:`), so that endpoint pickers, KEDA scalers and
+// dashboards written for vLLM read them unchanged.
 
 type Labels = Record<string, string>;
 
@@ -22,11 +26,24 @@ type Sample = { family: Family; suffix: string; labels: Labels; value: number };
 export interface InferenceMetrics {
   observer: SchedulerObserver;
   countRequest(route: string, status: number): void;
-  render(runners: RunnerInfo[], scraped: { model: string; mode: Mode; text: string }[]): string;
+  /** Times one request for `model`, which arrived at `arrivedMs` (performance.now()). */
+  timer(model: string, arrivedMs: number): RequestTimer;
+  /** `scraped`: each runner's /metrics; `slots`: each runner's /slots. */
+  render(runners: RunnerInfo[], scraped: Scraped[], slots?: Scraped[]): string;
 }
+
+/** The model-server protocol's prefixes: ours, and vLLM's. */
+const PREFIXES = ["llamadock:", "vllm:"];
+
+const GAUGES: Record<string, [string, keyof ModelGauges]> = {
+  num_requests_waiting: ["Requests waiting: for a runner slot here, or deferred by llama-server.", "waiting"],
+  num_requests_running: ["Requests holding a runner slot.", "running"],
+  kv_cache_usage_perc: ["KV-cache use, 0 to 1: tokens held by the slots at work over the context of all slots.", "kvUsage"],
+};
 
 export function createMetrics(): InferenceMetrics {
   const counters = new Map<string, Sample>();
+  const latency = createLatency();
   const add = (family: Family, labels: Labels, by = 1, suffix = "") => {
     const key = `${family}${suffix}${formatLabels(labels)}`;
     const entry = counters.get(key) ?? { family, suffix, labels, value: 0 };
@@ -44,7 +61,8 @@ export function createMetrics(): InferenceMetrics {
       crashed: (model, mode) => add("llamadock_runner_crashes_total", { model, mode }),
     },
     countRequest: (route, status) => add("llamadock_requests_total", { route, status: String(status) }),
-    render(runners, scraped) {
+    timer: (model, arrivedMs) => latency.timer(model, arrivedMs),
+    render(runners, scraped, slots = []) {
       const samples: Sample[] = [...counters.values()];
       const states = new Map<string, number>();
       for (const r of runners) {
@@ -56,6 +74,7 @@ export function createMetrics(): InferenceMetrics {
       const families = new Map<string, { help?: string; type?: string; lines: string[] }>();
       for (const [name, [type, help]] of Object.entries(FAMILIES)) families.set(name, { help, type, lines: [] });
       for (const s of samples) families.get(s.family)!.lines.push(`${s.family}${s.suffix}${formatLabels(s.labels)} ${s.value}`);
+      addModelFamilies(families, modelGauges(runners, scraped, slots), latency);
       for (const { model, mode, text } of scraped) mergeRunnerMetrics(families, text, { backend: "llama.cpp", model, mode });
       return renderFamilies(families);
     },
@@ -63,6 +82,24 @@ export function createMetrics(): InferenceMetrics {
 }
 
 type Families = Map<string, { help?: string; type?: string; lines: string[] }>;
+
+function addModelFamilies(families: Families, gauges: Map<string, ModelGauges>, latency: Latency): void {
+  const timed = latency.models();
+  for (const prefix of PREFIXES) {
+    for (const [name, [help, field]] of Object.entries(GAUGES)) {
+      const lines = [...gauges].map(([model, g]) => `${prefix}${name}${formatLabels({ model_name: model })} ${g[field]}`);
+      families.set(prefix + name, { help, type: "gauge", lines });
+    }
+    for (const [name, [help, field]] of Object.entries(TOKEN_FAMILIES)) {
+      const lines = [...timed].map(([model, t]) => `${prefix}${name}${formatLabels({ model_name: model })} ${t[field]}`);
+      families.set(prefix + name, { help, type: "counter", lines });
+    }
+    for (const [name, [help, kind]] of Object.entries(LATENCY_FAMILIES)) {
+      const lines = [...timed].flatMap(([model, t]) => histogramLines(prefix + name, formatLabels({ model_name: model }).slice(1, -1), t.histograms[kind]));
+      families.set(prefix + name, { help, type: "histogram", lines });
+    }
+  }
+}
 
 /** Adds a runner's exposition to `families`, with `labels` put first on each of its samples. */
 export function mergeRunnerMetrics(families: Families, text: string, labels: Labels): void {

@@ -25,11 +25,32 @@ const Messages = Chat.extend({ max_tokens: z.number({ error: "max_tokens is requ
 // OpenAI's Responses API: a string or a list of input items.
 const Responses = z.looseObject({ model, input: z.union([z.string(), z.array(z.unknown()).min(1)], { error: "input must be a string or an array of items" }) });
 
+// Rerank (Jina/Cohere shape, as llama-server and DMR take it; `texts` is TEI's name for documents).
+const texts = z.array(z.string({ error: "each document must be a string" }), { error: "documents must be an array of strings" }).min(1, "documents must not be empty");
+const Rerank = z
+  .looseObject({
+    model,
+    query: z.string({ error: "query must be a string" }),
+    documents: texts.optional(),
+    texts: texts.optional(),
+    top_n: z.number({ error: "top_n must be a positive integer" }).int().positive().optional(),
+  })
+  .refine((body) => body.documents !== undefined || body.texts !== undefined, { message: "documents is required", path: ["documents"] });
+
 // llama-server's token counting, for clients that count tokens.
 const Tokenize = z.looseObject({ model, content: z.string({ error: "content must be a string" }) });
 const Detokenize = z.looseObject({ model, tokens: tokens });
 
-export type Endpoint = "chat/completions" | "completions" | "embeddings" | "messages" | "messages/count_tokens" | "responses" | "tokenize" | "detokenize";
+export type Endpoint =
+  | "chat/completions"
+  | "completions"
+  | "embeddings"
+  | "messages"
+  | "messages/count_tokens"
+  | "responses"
+  | "rerank"
+  | "tokenize"
+  | "detokenize";
 
 /** Each endpoint: the runner mode it needs, the shape checked, and its path on llama-server (default `/v1/<endpoint>`). */
 export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model: string }>; path?: string }> = {
@@ -39,6 +60,7 @@ export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model
   messages: { mode: "completion", schema: Messages },
   "messages/count_tokens": { mode: "completion", schema: Chat },
   responses: { mode: "completion", schema: Responses },
+  rerank: { mode: "reranking", schema: Rerank },
   tokenize: { mode: "completion", schema: Tokenize, path: "/tokenize" },
   detokenize: { mode: "completion", schema: Detokenize, path: "/detokenize" },
 };

@@ -22,6 +22,8 @@ export type InferenceDeps = {
   bodyLimit: number;
   /** What a body may ask of llama-server. */
   bodyPolicy: BodyPolicy;
+  /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
+  admits?: (modelId: string) => boolean;
 };
 
 export const ENGINE = "llama.cpp";
@@ -59,24 +61,47 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
   return routes;
 }
 
+/** Endpoints that generate or embed: timed for the latency histograms (token counting is not). */
+const TIMED = new Set<Endpoint>(["chat/completions", "completions", "embeddings", "messages", "responses"]);
+
+/** How a dialect's route asks for one request. */
+export type InferOptions = {
+  /** The last event of a stream that failed, in the dialect's shape. */
+  errorEvent?: ErrorEvent;
+  /** Told the model the body names, once the body is checked. */
+  requestedAs?: (model: string) => void;
+  /** How long the runner stays loaded once idle after this request (Ollama's per-request `keep_alive`). */
+  keepAlive?: string;
+  /** Told when the runner's slot is granted (the time before it is the load). */
+  leased?: () => void;
+};
+
 /** One inference request: checked, its runner leased (loaded if need be), forwarded. */
-export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, errorEvent?: ErrorEvent, requestedAs?: (model: string) => void): Promise<Response> {
+export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
+  const startedAt = performance.now();
   const body = await readBody(request, deps.bodyLimit);
   const json = parseJson(body);
   const requested = requestedModel(endpoint, json);
-  requestedAs?.(requested);
+  options.requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
-  const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal).catch(async (error) => {
+  if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
+  const waitFrom = performance.now();
+  const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, options.keepAlive).catch(async (error) => {
     if (request.signal.aborted) throw clientGone();
     // A delete that ran between the lookup above and the load took the model's file with it: to
     // the client the model is simply gone, as it would be a moment later.
     if (isLoadFailure(error) && !(await deps.store.resolve(model.id))) throw modelNotFound(requested);
     throw error;
   });
+  options.leased?.();
+  const waitedMs = performance.now() - waitFrom;
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
-  return forward({ lease, model: model.tags[0] ?? model.id, path, body, request, stream, errorEvent });
+  const name = model.tags[0] ?? model.id;
+  const timer = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
+  const clock = { startedAt, waitedMs };
+  return forward({ lease, model: name, path, body, request, stream, clock, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}), ...(timer ? { timer } : {}) });
 }
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";

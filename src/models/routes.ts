@@ -72,32 +72,54 @@ function tagsToRemove(store: ModelStore, model: StoredModel, reference: string):
   return model.tags.includes(key) ? key : undefined;
 }
 
-export function modelRoutes(deps: ModelRoutesDeps): Route[] {
+export type ModelApi = {
+  routes: Route[];
+  /**
+   * Starts (or joins) the pull of `from`; `signal` is the caller's presence, as for a client of
+   * `/models/create` (the last one gone cancels the pull). For the other dialects' pull routes.
+   */
+  pull(from: string, signal: AbortSignal, token?: string): Promise<PullJob>;
+  /** Deletes a tag, or the model when named by id or by its last tag (409 for an id with several tags unless `force`). */
+  remove(reference: string, force: boolean): Promise<Removed>;
+};
+
+type Removed = { untagged: string[]; deleted: string | undefined };
+
+export const modelRoutes = (deps: ModelRoutesDeps): Route[] => createModelApi(deps).routes;
+
+export function createModelApi(deps: ModelRoutesDeps): ModelApi {
   const { store } = deps;
   const puller = deps.puller ?? createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
 
-  async function create(request: IRequest): Promise<Response> {
-    const body = await readJson(request, CREATE_BODY_LIMIT, CreateBody);
-    const reference = parseReference(body.from, store.referenceOptions);
-    const token = body["bearer-token"];
-    const job = await puller.start(
+  function pull(from: string, signal: AbortSignal, token?: string): Promise<PullJob> {
+    const reference = parseReference(from, store.referenceOptions);
+    return puller.start(
       reference.key,
       (signal) =>
         reference.registry === HUGGING_FACE
           ? planHubPull(store, reference, { ...deps.hub, ...(token ? { token } : {}) }, signal)
           : planRegistryPull(store, reference, deps.registry, token, signal),
-      request.signal,
+      signal,
     );
+  }
+
+  async function create(request: IRequest): Promise<Response> {
+    const body = await readJson(request, CREATE_BODY_LIMIT, CreateBody);
+    const job = await pull(body.from, request.signal, body["bearer-token"]);
     return new Response(progressStream(job, request.signal), {
       headers: { "content-type": "application/x-ndjson", "cache-control": "no-cache" },
     });
   }
 
   async function remove(request: IRequest): Promise<Response> {
-    const reference = referenceParam(request);
+    const force = new URL(request.url).searchParams.get("force") === "true";
+    const { untagged, deleted } = await removeModel(referenceParam(request), force);
+    return Response.json([...untagged.map((t) => ({ Untagged: t })), ...(deleted ? [{ Deleted: deleted }] : [])]);
+  }
+
+  async function removeModel(reference: string, force: boolean): Promise<Removed> {
     const model = await resolveOr404(store, reference);
     const tag = tagsToRemove(store, model, reference);
-    const force = new URL(request.url).searchParams.get("force") === "true";
     if (tag === undefined && model.tags.length > 1 && !force) {
       throw conflict(`model ${model.id} has several tags (${model.tags.join(", ")}): delete a tag, or add ?force=true`);
     }
@@ -105,7 +127,7 @@ export function modelRoutes(deps: ModelRoutesDeps): Route[] {
     const removal = () => store.remove(model.id, tag);
     const { untagged, deleted } = await (deletes && deps.whileDeleting ? deps.whileDeleting(model, removal) : removal());
     if (untagged.length === 0 && !deleted) throw modelNotFound(reference);
-    return Response.json([...untagged.map((t) => ({ Untagged: t })), ...(deleted ? [{ Deleted: deleted }] : [])]);
+    return { untagged, deleted };
   }
 
   async function tag(request: IRequest): Promise<Response> {
@@ -118,11 +140,12 @@ export function modelRoutes(deps: ModelRoutesDeps): Route[] {
     return Response.json({ message: `Model tagged successfully with ${target.key}` }, { status: 201 });
   }
 
-  return [
+  const routes: Route[] = [
     { method: "POST", path: "/models/create", handle: create },
     { method: "GET", path: "/models", handle: async () => Response.json((await store.list()).map(publicModel)) },
     { method: "POST", path: "/models/:reference+/tag", handle: tag },
     { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
     { method: "DELETE", path: "/models/:reference+", handle: remove },
   ];
+  return { routes, pull, remove: removeModel };
 }

@@ -66,10 +66,19 @@ export async function fetchWithin(fetch: typeof globalThis.fetch, url: string | 
  * `body`, failing once a read has waited `stallMs` for the next bytes. Only upstream's silence
  * counts: while our consumer is busy (writing to disk), nothing is read and no clock runs. On a
  * stall the source is cancelled, which drops the connection.
+ *
+ * The transfer's signal cancels the body too. The fetch was given it, but under Deno an abort
+ * after the answer began did not always reach a pending read: its fetch follows our signal with
+ * one of its own, held weakly, and once that was collected the pull of a client that had left
+ * went on downloading (it depended on when collection came).
  */
 export function stallGuarded(body: ReadableStream<Uint8Array>, t: Transfer): ReadableStream<Uint8Array> {
   const reader = body.getReader();
   let stall: HttpError | undefined;
+  const abort = () => void reader.cancel(t.signal.reason).catch(() => {});
+  if (t.signal.aborted) abort();
+  else t.signal.addEventListener("abort", abort, { once: true });
+  const stop = () => t.signal.removeEventListener("abort", abort);
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
@@ -78,13 +87,18 @@ export function stallGuarded(body: ReadableStream<Uint8Array>, t: Transfer): Rea
         try {
           const next = await reader.read();
           if (stall) throw stall;
-          if (next.done) controller.close();
-          else controller.enqueue(next.value);
+          if (t.signal.aborted) throw t.signal.reason;
+          if (!next.done) return controller.enqueue(next.value);
+          stop();
+          controller.close();
         } finally {
           clearTimeout(timer);
         }
       },
-      cancel: (reason) => reader.cancel(reason),
+      cancel: (reason) => {
+        stop();
+        return reader.cancel(reason);
+      },
     },
     { highWaterMark: 0 },
   );

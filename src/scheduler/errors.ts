@@ -13,6 +13,10 @@ export const queueFull = (model: string) =>
 export const modelInUse = (model: string) =>
   new HttpError(409, "conflict_error", "model_in_use", `model ${model} is serving requests; retry when it is idle`);
 
+/** A pinned model is what its replica serves: deleting it would leave the replica unready for good. */
+export const modelPinned = (model: string) =>
+  new HttpError(409, "conflict_error", "model_pinned", `model ${model} is pinned (PINNED_MODELS) and cannot be deleted while the server runs`);
+
 export const runnerFailed = (model: string, cause: unknown) =>
   new HttpError(502, "upstream_error", "runner_failed", `the runner of model ${model} failed: ${describe(cause)}`);
 

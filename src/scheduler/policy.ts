@@ -11,6 +11,8 @@ export type RunnerView = {
   /** Already on its way out: occupies room until it has stopped. */
   stopping: boolean;
   lastUsed: number;
+  /** Pinned (PINNED_MODELS): kept loaded for good, never evicted. */
+  pinned?: boolean;
 };
 
 export type EvictionPlan = { kind: "room" } | { kind: "evict"; key: string } | { kind: "wait" };
@@ -22,7 +24,7 @@ export type EvictionPlan = { kind: "room" } | { kind: "evict"; key: string } | {
 export function pickEviction(running: RunnerView[], maxRunners: number): EvictionPlan {
   if (running.length < maxRunners) return { kind: "room" };
   if (running.some((r) => r.stopping)) return { kind: "wait" };
-  const idle = running.filter((r) => !r.busy).sort((a, b) => a.lastUsed - b.lastUsed);
+  const idle = running.filter((r) => !r.busy && !r.pinned).sort((a, b) => a.lastUsed - b.lastUsed);
   return idle[0] ? { kind: "evict", key: idle[0].key } : { kind: "wait" };
 }
 

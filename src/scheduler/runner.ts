@@ -1,4 +1,5 @@
 import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
+import { keepAliveMs } from "./policy.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
@@ -49,6 +50,11 @@ export type RunnerOptions = {
   mode: Mode;
   spec: RunnerSpec;
   slots: number;
+  /**
+   * Requests handed to llama-server beyond its slots, to wait in its own queue (part of
+   * `queueDepth`): when a slot frees, llama-server starts the next at once.
+   */
+  ahead?: number;
   queueDepth: number;
   /** As configured ("5m", "0", "-1"), and in milliseconds (Infinity: never). */
   keepAlive: string;
@@ -75,11 +81,13 @@ export class Runner {
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
   private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
+  #keepAlive: { text: string; ms: number };
   private markStopped!: () => void;
 
   constructor(options: RunnerOptions, start: StartRunner, events: RunnerEvents) {
     this.options = options;
     this.events = events;
+    this.#keepAlive = { text: options.keepAlive, ms: options.keepAliveMs };
     this.stopped = new Promise((resolve) => (this.markStopped = resolve));
     void this.load(start);
   }
@@ -98,6 +106,22 @@ export class Runner {
     return this.#inUse;
   }
 
+  /** How long it stays loaded once idle, as last asked for (see `keepFor`). */
+  get keepAlive(): string {
+    return this.#keepAlive.text;
+  }
+
+  /** Sets how long the runner stays loaded once idle ("5m", "0", "-1"); applies from its next idle moment. */
+  keepFor(keepAlive: string): void {
+    if (keepAlive === this.#keepAlive.text) return;
+    this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
+  }
+
+  /** Requests at llama-server at once: its slots, and those waiting in its queue. */
+  private get inFlightCap(): number {
+    return this.options.slots + (this.options.ahead ?? 0);
+  }
+
   get waiting(): number {
     return this.waiters.length;
   }
@@ -111,7 +135,7 @@ export class Runner {
   acquire(signal?: AbortSignal): Promise<Lease> {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
-    if (this.state === "ready" && this.inUse < this.options.slots) return Promise.resolve(this.lease());
+    if (this.state === "ready" && this.inUse < this.inFlightCap) return Promise.resolve(this.lease());
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) {
       return Promise.reject(queueFull(this.options.model));
     }
@@ -226,7 +250,7 @@ export class Runner {
   }
 
   private grantWaiters(): void {
-    while ((this.state === "ready" || this.state === "draining") && this.inUse < this.options.slots) {
+    while ((this.state === "ready" || this.state === "draining") && this.inUse < this.inFlightCap) {
       const waiter = this.waiters.shift();
       if (!waiter) return;
       waiter.grant(this.lease());
@@ -237,7 +261,7 @@ export class Runner {
     if (this.busy || (this.state !== "ready" && this.state !== "draining")) return;
     if (this.state === "draining") return void this.stop();
     this.events.idle(this);
-    const ms = this.options.keepAliveMs;
+    const ms = this.#keepAlive.ms;
     if (ms === 0) this.events.expired(this);
     else if (Number.isFinite(ms)) this.keepAliveTimer = setTimeout(() => this.events.expired(this), ms);
   }

@@ -1,5 +1,5 @@
 import { modelNotFound } from "../models/errors.ts";
-import { modelInUse, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { modelInUse, modelPinned, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
@@ -17,6 +17,8 @@ export type SchedulerLimits = {
   slots: number;
   /** Requests that may wait per runner once its slots are taken. */
   queueDepth: number;
+  /** Of those, how many wait in llama-server's own queue rather than ours (default 0). */
+  runnerQueue?: number;
   /** Default keep-alive, e.g. "5m". */
   keepAlive: string;
   /** CPU cores the runners share (affinity and cgroup quota). */
@@ -49,13 +51,24 @@ export type RunnerInfo = {
   lastUsed: number;
   keepAlive: string;
   threads: number;
+  /** Pinned with `pin`: never evicted, never expires, relaunched when it crashes. */
+  pinned: boolean;
 };
 
 export interface Scheduler {
-  /** A slot on the model's runner for `mode`, loading it first if needed. */
-  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal): Promise<Lease>;
+  /**
+   * A slot on the model's runner for `mode`, loading it first if needed. `keepAlive` is how long
+   * the runner then stays loaded once idle (as Ollama's per-request keep_alive: until the next
+   * request, which without one brings back the configured keep-alive).
+   */
+  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal, keepAlive?: string): Promise<Lease>;
   /** Loads the runner in the background (after configure), if it is not loaded. */
   preload(model: ModelRef, mode: Mode): void;
+  /**
+   * Pins the model's runner for `mode`: loaded now (resolves once it is ready), never evicted, never
+   * unloaded for its keep-alive or by `unload`, and launched again when it crashes or is replaced.
+   */
+  pin(model: ModelRef, mode: Mode): Promise<void>;
   runners(): RunnerInfo[];
   /** Unloads the idle runners that match; returns how many. A runner in use is left alone. */
   unload(match: (info: RunnerInfo) => boolean): Promise<number>;
@@ -78,6 +91,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const capacityWaiters = new Set<() => void>();
   /** Model id -> deletes in progress: no runner of these launches. */
   const deleting = new Map<string, number>();
+  /** Runner key -> what `pin` asked to keep loaded. */
+  const pinned = new Map<string, { model: ModelRef; mode: Mode }>();
   let serial = 0;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
@@ -90,7 +105,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   const events: RunnerEvents = {
     idle: notifyCapacity,
-    expired: (runner) => void unloadRunner(runner),
+    // A runner loaded before it was pinned still has its keep-alive timer: pinned, it stays.
+    expired: (runner) => void (pinned.has(runner.options.key) || unloadRunner(runner)),
     loaded(runner, ms) {
       deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms);
       rebalance();
@@ -101,6 +117,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       leaving.delete(runner);
       if (crashed) deps.observe?.crashed?.(runner.options.model, runner.options.mode);
       notifyCapacity();
+      // A load that failed is not retried here (it would fail again at once); readiness asks again.
+      if (crashed) repin(runner.options.key);
     },
   };
 
@@ -115,6 +133,17 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
     leaving.add(runner);
     runner.drain();
+    repin(runner.options.key);
+  }
+
+  /** A pinned runner that went away comes back at once (not on the next request). */
+  function repin(key: string): void {
+    const pin = pinned.get(key);
+    if (pin && !closed) preload(pin.model, pin.mode);
+  }
+
+  function preload(model: ModelRef, mode: Mode): void {
+    void withRunner(model, mode, undefined, () => {}).catch(() => {});
   }
 
   /**
@@ -158,6 +187,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
         stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
         lastUsed: r.lastUsed,
+        pinned: pinned.has(r.options.key),
       }));
       const plan = pickEviction(views, deps.limits.maxRunners);
       if (plan.kind === "room") return use(launch(model, mode, settings));
@@ -169,16 +199,18 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   function launch(model: ModelRef, mode: Mode, settings: ModelSettings): Runner {
     const slots = settings.slots ?? deps.limits.slots;
-    const keepAlive = settings.keepAlive ?? deps.limits.keepAlive;
+    const keepAlive = pinned.has(runnerKey(model.id, mode)) ? "-1" : (settings.keepAlive ?? deps.limits.keepAlive);
     const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
     const threads = fixedThreads ?? threadShare(deps.limits.cpuCores, active.size + 1);
+    const ahead = Math.min(deps.limits.runnerQueue ?? 0, deps.limits.queueDepth);
     const options = {
       key: runnerKey(model.id, mode),
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, { slots, threads }, ++serial),
+      spec: runnerSpec(model, mode, settings, { slots, threads, ahead }, ++serial),
       slots,
+      ahead,
       threads,
       threadsFixed: fixedThreads !== undefined,
       queueDepth: deps.limits.queueDepth,
@@ -198,38 +230,46 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     inUse: runner.inUse,
     waiting: runner.waiting,
     lastUsed: runner.lastUsed,
-    keepAlive: runner.options.keepAlive,
+    keepAlive: runner.keepAlive,
     threads: runner.options.threads,
+    pinned: pinned.has(runner.options.key),
   });
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
     [...runners].filter((r) => r.options.modelId === model.id);
 
   return {
-    async acquire(model, mode, signal) {
+    async acquire(model, mode, signal, keepAlive) {
       // A runner that goes away while this request waits in its queue (crash, reload, unload): one
       // more try on a fresh one, then a 503 the client may retry.
       for (let attempt = 0; ; attempt++) {
         try {
-          return await withRunner(model, mode, signal, (runner) => runner.acquire(signal));
+          return await withRunner(model, mode, signal, (runner) => {
+            runner.keepFor(keepAlive ?? runner.options.keepAlive);
+            return runner.acquire(signal);
+          });
         } catch (error) {
           if (!(error instanceof RunnerGone)) throw error;
           if (attempt >= 1) throw runnerGone(modelName(model));
         }
       }
     },
-    preload(model, mode) {
-      void withRunner(model, mode, undefined, () => {}).catch(() => {});
+    preload,
+    async pin(model, mode) {
+      pinned.set(runnerKey(model.id, mode), { model, mode });
+      // Waits for the runner like a request would, then gives the slot straight back.
+      (await this.acquire(model, mode)).release();
     },
     runners: () => [...active.values(), ...leaving].map(info),
     async unload(match) {
-      const idle = [...active.values()].filter((r) => !r.busy && match(info(r)));
+      const idle = [...active.values()].filter((r) => !r.busy && !pinned.has(r.options.key) && match(info(r)));
       await Promise.all(idle.map(unloadRunner));
       return idle.length;
     },
     async whileDeleting(model, remove) {
       // The check, the guard and taking the runners out of `active` are one synchronous step.
       const runners = ofModel(model, [...active.values(), ...leaving]);
+      if ([...pinned.values()].some((p) => p.model.id === model.id)) throw modelPinned(modelName(model));
       if (runners.some((r) => r.busy)) throw modelInUse(modelName(model));
       deleting.set(model.id, (deleting.get(model.id) ?? 0) + 1);
       try {
@@ -267,7 +307,7 @@ export function runnerSpec(
   model: ModelRef,
   mode: Mode,
   settings: ModelSettings,
-  { slots, threads }: { slots: number; threads: number },
+  { slots, threads, ahead = 0 }: { slots: number; threads: number; ahead?: number },
   serial: number,
 ): RunnerSpec {
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
@@ -290,7 +330,7 @@ export function runnerSpec(
       "--threads",
       String(threads),
       "--threads-http",
-      String(slots + HTTP_THREADS_SPARE),
+      String(slots + ahead + HTTP_THREADS_SPARE),
       ...settingFlags(settings),
       ...(settings.runtimeFlags ?? []),
     ],

@@ -10,6 +10,8 @@ import { engineRoutes } from "../../src/inference/engines.ts";
 import { createMetrics } from "../../src/inference/metrics.ts";
 import { anthropicRoutes } from "../../src/dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "../../src/dialects/responses.ts";
+import { ollamaRoutes } from "../../src/dialects/ollama/routes.ts";
+import { rerankRoutes } from "../../src/dialects/rerank.ts";
 import { inferenceRoutes } from "../../src/inference/routes.ts";
 import { createModelStore, modelRoutes } from "../../src/models/index.ts";
 import type { Route } from "../../src/http/router.ts";
@@ -120,11 +122,16 @@ function runnerRouteTable(): Route[] {
     ...engineRoutes({ metrics } as unknown as Parameters<typeof engineRoutes>[0]),
     ...anthropicRoutes({ metrics } as unknown as Parameters<typeof anthropicRoutes>[0]),
     ...responsesRoutes({ metrics } as unknown as Parameters<typeof responsesRoutes>[0], createResponseStore({ maxEntries: 1, maxAgeMs: 1 })),
+    ...rerankRoutes({ metrics } as unknown as Parameters<typeof rerankRoutes>[0]),
+    ...ollamaRoutes({} as Parameters<typeof ollamaRoutes>[0]),
     // app.ts's own routes (its table is not exported).
     { method: "GET", path: "/", handle: inert },
     { method: "GET", path: "/version", handle: inert },
   ];
 }
+
+/** Paths that answer in Ollama's shape, `{"error": "..."}`. */
+const OLLAMA_PATHS = new Set(ollamaRoutes({} as Parameters<typeof ollamaRoutes>[0]).map((r) => r.path));
 
 /** Paths that answer in Anthropic's envelope. */
 const ANTHROPIC_PATHS = new Set(anthropicRoutes({} as Parameters<typeof anthropicRoutes>[0]).map((r) => r.path));
@@ -400,18 +407,26 @@ function check(service: Service, c: Case, response: Response, text: string): voi
     expect(type, `${where} -> ${status} content-type`).toMatch(/^application\/json/);
     let parsed: unknown;
     expect(() => (parsed = JSON.parse(text)), `${where} -> ${status} body ${JSON.stringify(text.slice(0, 200))}`).not.toThrow();
-    // Anthropic's routes answer in its envelope; every other route in OpenAI's.
-    const pathname = new URL(`http://fuzz.test${c.path}`).pathname;
-    const anthropic = c.method === "POST" && ANTHROPIC_PATHS.has(pathname.replace(/\/$/, "").replace(UNIX_SOCKET_PREFIX, ""));
-    const shape = anthropic
-      ? { type: "error", error: { message: expect.any(String), type: expect.any(String) } }
-      : { error: { message: expect.any(String), type: expect.any(String), code: expect.any(String) } };
+    // Anthropic's routes answer in its envelope, Ollama's in its shape; every other route in OpenAI's.
+    const route = routePath(c.path);
+    const shape =
+      c.method === "POST" && ANTHROPIC_PATHS.has(route)
+        ? { type: "error", error: { message: expect.any(String), type: expect.any(String) } }
+        : OLLAMA_PATHS.has(route) && status !== 405
+          ? { error: expect.any(String) }
+          : { error: { message: expect.any(String), type: expect.any(String), code: expect.any(String) } };
     expect(parsed, `${where} -> ${status}`).toEqual(shape);
     if (status === 405) expect(response.headers.get("allow"), `${where} -> 405 without Allow`).toBeTruthy();
     return;
   }
   if (type.startsWith("application/json")) {
     expect(() => JSON.parse(text), `${where} -> ${status} JSON body ${JSON.stringify(text.slice(0, 200))}`).not.toThrow();
+  } else if (type.startsWith("application/x-ndjson") && OLLAMA_PATHS.has(routePath(c.path))) {
+    // Ollama's pull progress: status lines, ending with success or an error line.
+    const lines = text.split("\n").filter(Boolean).map((line) => JSON.parse(line) as { status?: unknown; error?: unknown });
+    for (const line of lines) expect(typeof (line.status ?? line.error), `${where} line ${JSON.stringify(line)}`).toBe("string");
+    const last = lines.at(-1)!;
+    expect(last.status === "success" || typeof last.error === "string", `${where}: the stream must end with success or error`).toBe(true);
   } else if (type.startsWith("application/x-ndjson")) {
     const lines = text.split("\n").filter(Boolean);
     expect(lines.length, `${where} -> an empty progress stream`).toBeGreaterThan(0);
@@ -423,6 +438,9 @@ function check(service: Service, c: Case, response: Response, text: string): voi
     expect(JSON.parse(lines.at(-1)!).type, `${where}: the stream must end with success or error`).toMatch(/^(success|error)$/);
   }
 }
+
+/** A case's path as its route table names it (no prefix, no trailing slash, no query). */
+const routePath = (path: string) => new URL(`http://fuzz.test${path}`).pathname.replace(/\/$/, "").replace(UNIX_SOCKET_PREFIX, "");
 
 const property = (service: () => Service, arbitrary: fc.Arbitrary<Case>) =>
   fc.asyncProperty(arbitrary, async (c) => {

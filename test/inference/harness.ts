@@ -29,6 +29,10 @@ export type StackOptions = {
   models: string[];
   /** Further repositories pushed as embedding models (declaring mean pooling). */
   embedders?: string[];
+  /** Further repositories pushed as tiny rerankers (rank pooling and a classifier head). */
+  rerankers?: string[];
+  /** Further repositories pushed as tiny models but not pulled (for tests that pull them). */
+  unpulled?: string[];
   /** Further repositories pushed with a multimodal projector layer beside the tiny weights. */
   withProjector?: Record<string, Uint8Array>;
   env?: Record<string, string>;
@@ -45,6 +49,12 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     for (const repository of options.embedders ?? []) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 11, meanPooling: true }));
     }
+    for (const [i, repository] of (options.unpulled ?? []).entries()) {
+      await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 31 + i }));
+    }
+    for (const repository of options.rerankers ?? []) {
+      await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 21, reranker: true }));
+    }
     const withProjector = Object.entries(options.withProjector ?? {});
     for (const [repository, data] of withProjector) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf(), { layers: [{ mediaType: MODEL_MEDIA.mmproj, data }] });
@@ -54,7 +64,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
     };
     let url = await launch();
-    for (const repository of [...options.models, ...(options.embedders ?? []), ...withProjector.map(([r]) => r)]) await pullModel(url, repository);
+    for (const repository of [...options.models, ...(options.embedders ?? []), ...(options.rerankers ?? []), ...withProjector.map(([r]) => r)]) await pullModel(url, repository);
     const stack: Stack = {
       get url() {
         return url;
@@ -85,7 +95,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   }
 }
 
-function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>) {
+export function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>) {
   return startServer({
     runtime,
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write", "--allow-run", "--allow-sys"]) } : {}),

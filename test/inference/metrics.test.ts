@@ -14,6 +14,7 @@ const runner = (model: string, waiting: number, inUse: number): RunnerInfo => ({
   lastUsed: 0,
   keepAlive: "5m",
   threads: 1,
+  pinned: false,
 });
 
 const exposition = (value: number) =>

@@ -1,4 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
+import { Ollama } from "ollama";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
@@ -13,7 +14,7 @@ import { busySlots, runnerPid, runnerSocket } from "./runners.ts";
 describe.each(["node", "deno"] as const)("under %s", (runtime) => {
   let stack: Stack;
   beforeAll(async () => {
-    stack = await startStack({ runtime, models: ["ai/tiny"] });
+    stack = await startStack({ runtime, models: ["ai/tiny"], rerankers: ["ai/reranker"] });
   });
   afterAll(async () => {
     await stack?.stop();
@@ -37,6 +38,16 @@ describe.each(["node", "deno"] as const)("under %s", (runtime) => {
     const first = await openai.responses.create({ model: "ai/tiny", input: "hi", max_output_tokens: 2 });
     const second = await openai.responses.create({ model: "ai/tiny", input: "more", previous_response_id: first.id, max_output_tokens: 2 });
     expect(second.usage!.input_tokens).toBeGreaterThan(first.usage!.input_tokens);
+  });
+
+  it("serves the Ollama client, and rerank", async () => {
+    const ollama = new Ollama({ host: stack.url });
+    expect((await ollama.list()).models.map((m) => m.name)).toContain("ai/tiny:latest");
+    let last: { done: boolean; eval_count?: number } | undefined;
+    for await (const part of await ollama.chat({ model: "tiny", messages: [{ role: "user", content: "hi" }], stream: true, options: { num_predict: 2 } })) last = part;
+    expect(last).toMatchObject({ done: true });
+    const ranked = await ask({ url: stack.url }, "POST", "/v1/rerank", { model: "ai/reranker", query: "q", documents: ["a", "b"] });
+    expect(ranked.json().results).toHaveLength(2);
   });
 
   it("frees the llama-server slot when the client hangs up", async () => {

@@ -117,6 +117,33 @@ describe("scheduler", () => {
     expect(order).toEqual([2, 3]);
   });
 
+  it("hands up to runnerQueue waiting requests to llama-server's own queue, within the queue depth", async () => {
+    const { scheduler, leaseLoaded } = setup({ slots: 1, queueDepth: 3, runnerQueue: 2 });
+    const first = await leaseLoaded(A);
+    // One slot and two ahead: three at the runner at once, the fourth waits with us, the fifth is refused.
+    const second = await scheduler.acquire(A, "completion");
+    const third = await scheduler.acquire(A, "completion");
+    let fourthGranted = false;
+    const fourth = scheduler.acquire(A, "completion").then((l) => ((fourthGranted = true), l));
+    await flush();
+    expect(fourthGranted).toBe(false);
+    await expect(scheduler.acquire(A, "completion")).rejects.toMatchObject({ code: "queue_full" });
+    first.release();
+    (await fourth).release();
+    second.release();
+    third.release();
+  });
+
+  it("runnerQueue never goes past the queue depth; llama-server gets an HTTP thread for each request it holds", async () => {
+    const { scheduler, leaseLoaded, started } = setup({ slots: 2, queueDepth: 1, runnerQueue: 8 });
+    const first = await leaseLoaded(A);
+    const second = await scheduler.acquire(A, "completion");
+    const third = await scheduler.acquire(A, "completion");
+    await expect(scheduler.acquire(A, "completion")).rejects.toMatchObject({ code: "queue_full" });
+    for (const lease of [first, second, third]) lease.release();
+    expect(started[0]!.spec.extraArgs).toContain(String(2 + 1 + 8));
+  });
+
   it("drops a queued request whose client went away", async () => {
     const { scheduler, leaseLoaded } = setup({ slots: 1, queueDepth: 1 });
     const lease = await leaseLoaded(A);

@@ -17,6 +17,7 @@ const cases: Array<[string, RunnerSpec, string[]]> = [
   ["embedding: model's own pooling", spec({ mode: "embedding" }), [...BASE, "--embeddings"]],
   ["embedding: chosen pooling", spec({ mode: "embedding", pooling: "cls" }), [...BASE, "--embeddings", "--pooling", "cls"]],
   ["pooling ignored for completion", spec({ pooling: "mean" }), BASE],
+  ["reranking: rank pooling by --rerank, no --pooling", spec({ mode: "reranking", pooling: "mean" }), [...BASE, "--rerank"]],
   ["extra args come last", spec({ contextSize: 8, extraArgs: ["--ctx-size", "16", "--threads", "2"] }), [...BASE, "--ctx-size", "8", "--ctx-size", "16", "--threads", "2"]],
   [
     "everything",

@@ -11,6 +11,12 @@ export interface TinyGgufOptions {
   seed?: number;
   /** Declare `llama.pooling_type` mean, as an embedding model does; default: no pooling key. */
   meanPooling?: boolean;
+  /**
+   * A reranker instead, shaped as Qwen3-Reranker GGUFs are: architecture `qwen3` (per-head Q/K
+   * norms), rank pooling, and a `cls.output` head with two labels ("yes", "no") whose softmax
+   * llama-server reports as the relevance score.
+   */
+  reranker?: boolean;
 }
 
 const GGUF_VERSION = 3;
@@ -21,6 +27,8 @@ const N_FF = 128;
 const N_LAYER = 2;
 const N_CTX = 512;
 const POOLING_MEAN = 1;
+const POOLING_RANK = 4;
+const RERANK_LABELS = ["yes", "no"];
 
 // GGUF metadata value types and the f32 tensor type, from the GGUF specification.
 const T_UINT32 = 4;
@@ -60,22 +68,25 @@ function vocabulary(): { tokens: string[]; types: number[] } {
   return { tokens, types };
 }
 
-function metadata(meanPooling: boolean): Array<[string, MetaValue]> {
+function metadata(options: TinyGgufOptions): Array<[string, MetaValue]> {
   const { tokens, types } = vocabulary();
+  const arch = options.reranker ? "qwen3" : "llama";
+  const pooling = options.reranker ? POOLING_RANK : options.meanPooling ? POOLING_MEAN : undefined;
   return [
-    ["general.architecture", { type: T_STRING, value: "llama" }],
-    ["general.name", { type: T_STRING, value: "tiny-random-llama" }],
+    ["general.architecture", { type: T_STRING, value: arch }],
+    ["general.name", { type: T_STRING, value: options.reranker ? "tiny-random-reranker" : "tiny-random-llama" }],
     ["general.alignment", u32(ALIGNMENT)],
-    ["llama.context_length", u32(N_CTX)],
-    ["llama.embedding_length", u32(N_EMBD)],
-    ["llama.block_count", u32(N_LAYER)],
-    ["llama.feed_forward_length", u32(N_FF)],
-    ["llama.attention.head_count", u32(N_HEAD)],
-    ["llama.attention.head_count_kv", u32(N_HEAD)],
-    ["llama.rope.dimension_count", u32(N_EMBD / N_HEAD)],
-    ["llama.attention.layer_norm_rms_epsilon", { type: T_FLOAT32, value: 1e-5 }],
-    ["llama.vocab_size", u32(tokens.length)],
-    ...(meanPooling ? [["llama.pooling_type", u32(POOLING_MEAN)] as [string, MetaValue]] : []),
+    [`${arch}.context_length`, u32(N_CTX)],
+    [`${arch}.embedding_length`, u32(N_EMBD)],
+    [`${arch}.block_count`, u32(N_LAYER)],
+    [`${arch}.feed_forward_length`, u32(N_FF)],
+    [`${arch}.attention.head_count`, u32(N_HEAD)],
+    [`${arch}.attention.head_count_kv`, u32(N_HEAD)],
+    [`${arch}.rope.dimension_count`, u32(N_EMBD / N_HEAD)],
+    [`${arch}.attention.layer_norm_rms_epsilon`, { type: T_FLOAT32, value: 1e-5 }],
+    [`${arch}.vocab_size`, u32(tokens.length)],
+    ...(pooling === undefined ? [] : [[`${arch}.pooling_type`, u32(pooling)] as [string, MetaValue]]),
+    ...(options.reranker ? [[`${arch}.classifier.output_labels`, { type: T_ARRAY, of: T_STRING, value: RERANK_LABELS }] as [string, MetaValue]] : []),
     ["tokenizer.ggml.model", { type: T_STRING, value: "llama" }],
     ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
     ["tokenizer.ggml.scores", { type: T_ARRAY, of: T_FLOAT32, value: tokens.map(() => 0) }],
@@ -86,11 +97,12 @@ function metadata(meanPooling: boolean): Array<[string, MetaValue]> {
   ];
 }
 
-function tensors(vocabSize: number): Tensor[] {
+function tensors(vocabSize: number, reranker: boolean): Tensor[] {
   const list: Tensor[] = [
     { name: "token_embd.weight", dims: [N_EMBD, vocabSize], fill: "random" },
     { name: "output_norm.weight", dims: [N_EMBD], fill: "ones" },
     { name: "output.weight", dims: [N_EMBD, vocabSize], fill: "random" },
+    ...(reranker ? [{ name: "cls.output.weight", dims: [N_EMBD, RERANK_LABELS.length], fill: "random" as const }] : []),
   ];
   for (let block = 0; block < N_LAYER; block++) {
     const p = `blk.${block}`;
@@ -100,6 +112,12 @@ function tensors(vocabSize: number): Tensor[] {
       { name: `${p}.attn_k.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
       { name: `${p}.attn_v.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
       { name: `${p}.attn_output.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
+      ...(reranker
+        ? [
+            { name: `${p}.attn_q_norm.weight`, dims: [N_EMBD / N_HEAD], fill: "ones" as const },
+            { name: `${p}.attn_k_norm.weight`, dims: [N_EMBD / N_HEAD], fill: "ones" as const },
+          ]
+        : []),
       { name: `${p}.ffn_norm.weight`, dims: [N_EMBD], fill: "ones" },
       { name: `${p}.ffn_gate.weight`, dims: [N_EMBD, N_FF], fill: "random" },
       { name: `${p}.ffn_up.weight`, dims: [N_EMBD, N_FF], fill: "random" },
@@ -200,8 +218,8 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
 
 /** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
 export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
-  const meta = metadata(options.meanPooling ?? false);
-  const list = tensors(vocabulary().tokens.length);
+  const meta = metadata(options);
+  const list = tensors(vocabulary().tokens.length, options.reranker ?? false);
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
   out.u32(GGUF_VERSION);

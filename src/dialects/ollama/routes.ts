@@ -1,0 +1,259 @@
+import { stat } from "node:fs/promises";
+import * as z from "zod";
+import { readJson } from "../../http/body.ts";
+import { HttpError } from "../../http/errors.ts";
+import type { Route } from "../../http/router.ts";
+import { infer, type InferenceDeps } from "../../inference/routes.ts";
+import type { Endpoint } from "../../inference/requests.ts";
+import { resolveOr404 } from "../../models/lookup.ts";
+import type { ModelApi, ModelStore, StoredModel } from "../../models/index.ts";
+import { parseReference } from "../../models/reference.ts";
+import { KEEP_ALIVE_PATTERN, keepAliveMs } from "../../scheduler/policy.ts";
+import type { SettingsStore } from "../../scheduler/settings.ts";
+import { pullLines, psEntries, showAnswer, tagEntries, type Sized } from "./models.ts";
+import { ndjson, ollamaError, toNdjson } from "./stream.ts";
+import * as translate from "./translate.ts";
+
+// Ollama's /api, for the clients that speak it (Open WebUI, editors, ollama-js, ollama-python):
+// the model API on our store and puller, inference translated onto llama-server's OpenAI endpoints
+// through the same checks, scheduler and metrics as every other route. Errors in Ollama's shape,
+// `{"error": "..."}`.
+
+export type OllamaDeps = {
+  inference: InferenceDeps;
+  store: ModelStore;
+  models: ModelApi;
+  settings: SettingsStore;
+  /** The version /api/version reports. */
+  version: string;
+};
+
+// Ollama's older clients send `name` where newer ones send `model`.
+const named = <T extends z.ZodRawShape>(shape: T) =>
+  z
+    .looseObject({ model: z.string().trim().min(1).optional(), name: z.string().trim().min(1).optional(), ...shape })
+    .refine((body) => body.model ?? body.name, { message: "model is required", path: ["model"] })
+    .transform((body) => ({ ...body, model: (body.model ?? body.name)! }));
+
+const keepAlive = z.union([z.string().regex(KEEP_ALIVE_PATTERN, 'keep_alive must be a duration like "5m", "0" or "-1"'), z.number()]).optional();
+const think = z.union([z.boolean(), z.enum(["high", "medium", "low"])]).optional();
+const options = z.record(z.string(), z.unknown()).optional();
+const images = z.array(z.string()).optional();
+const Message = z.looseObject({ role: z.string().min(1), content: z.string().optional(), images });
+
+const ChatBody = named({ messages: z.array(Message).optional(), stream: z.boolean().optional(), keep_alive: keepAlive, think, options, format: z.unknown().optional() });
+const GenerateBody = named({ prompt: z.string().optional(), system: z.string().optional(), raw: z.boolean().optional(), images, stream: z.boolean().optional(), keep_alive: keepAlive, think, options, format: z.unknown().optional() });
+const EmbedBody = named({ input: z.union([z.string(), z.array(z.string()).min(1)]), keep_alive: keepAlive, dimensions: z.number().int().positive().optional(), options });
+const EmbeddingsBody = named({ prompt: z.string(), keep_alive: keepAlive, options });
+const ModelBody = named({});
+const PullBody = named({ stream: z.boolean().optional(), insecure: z.boolean().optional() });
+const CopyBody = z.looseObject({ source: z.string().trim().min(1), destination: z.string().trim().min(1) });
+
+/** Management bodies are small. */
+const SMALL_BODY = 64 * 1024;
+
+export function ollamaRoutes(deps: OllamaDeps): Route[] {
+  const { store } = deps;
+  const body = <T>(request: Request, schema: z.ZodType<T>, limit = deps.inference.bodyLimit) => readJson(request, limit, schema);
+
+  /** The model a request names, with num_ctx applied to its settings (a change reloads it, as in Ollama). */
+  async function prepare(name: string, opts: translate.OllamaOptions | undefined): Promise<StoredModel> {
+    const model = await resolveOr404(store, name);
+    const numCtx = opts?.num_ctx;
+    if (typeof numCtx === "number" && Number.isInteger(numCtx) && numCtx > 0) {
+      const current = (await deps.settings.get(model.id)).contextSize;
+      if (current !== numCtx) {
+        await deps.settings.update(model.id, { contextSize: numCtx });
+        deps.inference.scheduler.reload(model);
+      }
+    }
+    return model;
+  }
+
+  /** One request to llama-server through the shared inference path, timed for Ollama's counters. */
+  async function run(request: Request, endpoint: Endpoint, openai: Record<string, unknown>, keep: string | number | undefined) {
+    const startedAt = Date.now();
+    let loadedAt = startedAt;
+    const forwarded = new Request(request.url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(openai),
+      signal: request.signal,
+    });
+    const response = await infer(deps.inference, endpoint, forwarded, {
+      ...(keep !== undefined ? { keepAlive: String(keep) } : {}),
+      leased: () => (loadedAt = Date.now()),
+    });
+    const clock = () => ({ startedAt, loadedAt, now: Date.now() });
+    return { response, clock };
+  }
+
+  /** An empty prompt loads the model (or with keep_alive 0 unloads it): Ollama's load and `ollama stop`. */
+  async function loadOrUnload(model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate") {
+    const base = { model: name, created_at: new Date().toISOString(), ...(kind === "chat" ? { message: { role: "assistant", content: "" } } : { response: "" }), done: true };
+    if (keep !== undefined && keepAliveMs(String(keep)) === 0) {
+      await deps.inference.scheduler.unload((runner) => runner.modelId === model.id);
+      return Response.json({ ...base, done_reason: "unload" });
+    }
+    const lease = await deps.inference.scheduler.acquire(model, "completion", undefined, keep === undefined ? undefined : String(keep));
+    lease.release();
+    return Response.json({ ...base, done_reason: "load" });
+  }
+
+  async function chat(request: Request): Promise<Response> {
+    const chat = await body(request, ChatBody);
+    const model = await prepare(chat.model, chat.options);
+    if (!chat.messages?.length) return loadOrUnload(model, chat.model, chat.keep_alive, "chat");
+    const stream = chat.stream ?? true; // Ollama streams unless told not to
+    const openai = translate.chatRequest(chat as translate.OllamaChat, stream);
+    const { response, clock } = await run(request, "chat/completions", openai, chat.keep_alive);
+    return answer(response, stream, "chat", chat.model, clock);
+  }
+
+  async function generate(request: Request): Promise<Response> {
+    const gen = await body(request, GenerateBody);
+    const model = await prepare(gen.model, gen.options);
+    if (!gen.prompt && !gen.images?.length) return loadOrUnload(model, gen.model, gen.keep_alive, "generate");
+    const stream = gen.stream ?? true;
+    const { endpoint, body: openai } = translate.generateRequest(gen as translate.OllamaGenerate, stream);
+    const { response, clock } = await run(request, endpoint, openai, gen.keep_alive);
+    return answer(response, stream, "generate", gen.model, clock);
+  }
+
+  /** llama-server's answer as Ollama's: NDJSON lines when streamed, one object otherwise. */
+  async function answer(response: Response, stream: boolean, kind: "chat" | "generate", model: string, clock: () => translate.Clock): Promise<Response> {
+    if (!response.ok) return errorFromUpstream(response);
+    if (stream && response.body) return ndjson(response.body.pipeThrough(toNdjson(kind, model, clock)));
+    const whole = (await response.json()) as translate.OpenAIAnswer;
+    return Response.json(kind === "chat" ? translate.chatAnswer(model, whole, clock()) : translate.generateAnswer(model, whole, clock()));
+  }
+
+  async function embed(request: Request): Promise<Response> {
+    const req = await body(request, EmbedBody);
+    await prepare(req.model, req.options);
+    const openai = { model: req.model, input: req.input, ...(req.dimensions ? { dimensions: req.dimensions } : {}) };
+    const { response, clock } = await run(request, "embeddings", openai, req.keep_alive);
+    if (!response.ok) return errorFromUpstream(response);
+    const answer = (await response.json()) as { data: { embedding: number[] }[]; usage?: { prompt_tokens?: number } };
+    const { total_duration, load_duration } = translate.counters(undefined, undefined, clock());
+    return Response.json({ model: req.model, embeddings: answer.data.map((d) => d.embedding), total_duration, load_duration, prompt_eval_count: answer.usage?.prompt_tokens ?? 0 });
+  }
+
+  async function embeddings(request: Request): Promise<Response> {
+    const req = await body(request, EmbeddingsBody);
+    await prepare(req.model, req.options);
+    const { response } = await run(request, "embeddings", { model: req.model, input: req.prompt }, req.keep_alive);
+    if (!response.ok) return errorFromUpstream(response);
+    const answer = (await response.json()) as { data: { embedding: number[] }[] };
+    return Response.json({ embedding: answer.data[0]?.embedding ?? [] });
+  }
+
+  const sized = async (model: StoredModel): Promise<Sized> => {
+    const files = [model.ggufPath, ...(model.mmprojPath ? [model.mmprojPath] : [])];
+    const sizes = await Promise.all(files.map((file) => stat(file).then((s) => s.size, () => 0)));
+    return { model, size: sizes.reduce((a, b) => a + b, 0) };
+  };
+
+  async function tags(): Promise<Response> {
+    const models = await Promise.all((await store.list()).map(sized));
+    return Response.json({ models: models.flatMap(tagEntries) });
+  }
+
+  async function ps(): Promise<Response> {
+    const runners = deps.inference.scheduler.runners();
+    const models = new Map<string, Sized>();
+    for (const id of new Set(runners.map((r) => r.modelId))) {
+      const model = await store.resolve(id);
+      if (model) models.set(id, await sized(model));
+    }
+    return Response.json({ models: psEntries(runners, models, keepAliveMs, Date.now()) });
+  }
+
+  async function show(request: Request): Promise<Response> {
+    const { model: name } = await body(request, ModelBody, SMALL_BODY);
+    return Response.json(showAnswer(await resolveOr404(store, name), name));
+  }
+
+  async function pull(request: Request): Promise<Response> {
+    const req = await body(request, PullBody, SMALL_BODY);
+    const job = await deps.models.pull(req.model, request.signal);
+    if (req.stream === false) return pulledWhole(job);
+    const encoder = new TextEncoder();
+    let unlisten = () => {};
+    const lines = new ReadableStream<Uint8Array>({
+      start(controller) {
+        const send = (line: object) => controller.enqueue(encoder.encode(`${JSON.stringify(line)}\n`));
+        send({ status: "pulling manifest" });
+        unlisten = job.listen((event) => pullLines(event).forEach(send));
+        void job.done.then(() => {
+          unlisten();
+          controller.close();
+        });
+      },
+      cancel: () => unlisten(),
+    });
+    return ndjson(lines);
+  }
+
+  async function pulledWhole(job: Awaited<ReturnType<ModelApi["pull"]>>): Promise<Response> {
+    let failure: string | undefined;
+    const unlisten = job.listen((event) => {
+      if (event.type === "error") failure = event.message;
+    });
+    await job.done;
+    unlisten();
+    return failure ? ollamaError(502, failure) : Response.json({ status: "success" });
+  }
+
+  async function remove(request: Request): Promise<Response> {
+    const { model } = await body(request, ModelBody, SMALL_BODY);
+    await deps.models.remove(model, false);
+    return new Response(null, { status: 200 });
+  }
+
+  async function copy(request: Request): Promise<Response> {
+    const { source, destination } = await body(request, CopyBody, SMALL_BODY);
+    const model = await resolveOr404(store, source);
+    await store.addTag(model.id, parseReference(destination, store.referenceOptions).key);
+    return new Response(null, { status: 200 });
+  }
+
+  const table: [Route["method"], string, (request: Request) => Promise<Response>][] = [
+    ["GET", "/api/version", async () => Response.json({ version: deps.version })],
+    ["GET", "/api/tags", tags],
+    ["GET", "/api/ps", ps],
+    ["POST", "/api/show", show],
+    ["POST", "/api/chat", chat],
+    ["POST", "/api/generate", generate],
+    ["POST", "/api/embed", embed],
+    ["POST", "/api/embeddings", embeddings],
+    ["POST", "/api/pull", pull],
+    ["DELETE", "/api/delete", remove],
+    ["POST", "/api/copy", copy],
+  ];
+  return table.map(([method, path, handle]) => ({ method, path, handle: inOllamaShape(handle) }));
+}
+
+/** Our errors, and llama-server's, as Ollama's `{"error": "..."}` with the same status. */
+function inOllamaShape(handle: (request: Request) => Promise<Response>) {
+  return async (request: Request) => {
+    try {
+      return await handle(request);
+    } catch (error) {
+      if (!(error instanceof HttpError)) throw error;
+      return ollamaError(error.status, error.message, error.headers);
+    }
+  };
+}
+
+async function errorFromUpstream(response: Response): Promise<Response> {
+  const text = await response.text();
+  let message = text;
+  try {
+    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
+  } catch {
+    // not JSON: its text is the message
+  }
+  const retryAfter = response.headers.get("retry-after");
+  return ollamaError(response.status, message, retryAfter ? { "retry-after": retryAfter } : {});
+}
