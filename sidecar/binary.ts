@@ -104,3 +104,26 @@ export async function resolveLlamaServerBinary(deps: { runtime: Runtime; env: En
   const { path, source } = locate(deps.env);
   return { path, source, version: await reportedVersion(deps.runtime, path, deps.env) };
 }
+
+/** The devices under `Available devices:` in `llama-server --list-devices` (`CUDA0: NVIDIA ...`). */
+export function parseListDevices(output: string): string[] {
+  const after = output.split(/^Available devices:\s*$/m)[1] ?? "";
+  return after
+    .split("\n")
+    .map((line) => /^\s+(\w+\d*): (.+)$/.exec(line))
+    .filter((match): match is RegExpExecArray => match !== null)
+    .map((match) => `${match[1]}: ${match[2]!.trim()}`);
+}
+
+/** The GPUs this llama-server can offload to: none for a CPU-only build (or when it cannot say). */
+export async function offloadDevices(runtime: Runtime, binary: LlamaServerBinary, env: Env): Promise<string[]> {
+  try {
+    const child = await runtime.spawn(binary.path, ["--list-devices"], { env: launchEnv(binary.path, env) });
+    const timer = setTimeout(() => child.kill("SIGKILL"), VERSION_TIMEOUT_MS);
+    const [out, err] = await Promise.all([readAll(child.stdout), readAll(child.stderr), child.exited]);
+    clearTimeout(timer);
+    return parseListDevices(`${out}\n${err}`);
+  } catch {
+    return [];
+  }
+}

@@ -2,6 +2,9 @@
 # Builds llama-server from the llama.cpp release source that the npm package node-llama-cpp
 # ships as a git bundle (the only source of llama.cpp reachable from the npm registry), and caches
 # it per llama.cpp version, so that a machine builds it once.
+# With a CUDA toolkit (nvcc on PATH or in /usr/local/cuda) it builds with CUDA, else for the CPU;
+# LLAMADOCK_BUILD_CUDA=0 builds for the CPU anyway. A cached CPU build is rebuilt once a toolkit
+# is there; a cached CUDA build is kept.
 # Prints the directory that holds the binary and its shared libraries.
 set -euo pipefail
 
@@ -14,9 +17,33 @@ JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 log() { printf '[llama-server build] %s\n' "$*" >&2; }
 need() { command -v "$1" >/dev/null 2>&1 || { log "missing tool: $1 ($2)"; exit 1; }; }
 
-if [ -x "$DEST/bin/llama-server" ]; then
+# A toolkit is nvcc and cuBLAS (ggml's CUDA backend links it): a compiler alone cannot build it.
+has_cublas() {
+  ldconfig -p 2>/dev/null | grep -q 'libcublas\.so' && return 0
+  local found
+  found="$(ls ${CUDA_HOME:+"$CUDA_HOME"/lib64/libcublas.so*} /usr/local/cuda*/lib64/libcublas.so* \
+    /usr/local/cuda*/targets/*/lib/libcublas.so* /usr/lib/*/libcublas.so* 2>/dev/null | head -n 1)"
+  [ -n "$found" ]
+}
+NVCC="$(command -v nvcc || true)"
+if [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc; fi
+FLAVOUR=cpu
+if [ -n "$NVCC" ] && [ "${LLAMADOCK_BUILD_CUDA:-auto}" != "0" ]; then
+  if has_cublas; then FLAVOUR=cuda; else CUDA_NOTE="nvcc found but no cuBLAS (an incomplete CUDA toolkit)"; fi
+fi
+BUILT_FLAVOUR="$(cat "$DEST/FLAVOUR" 2>/dev/null || echo cpu)"
+
+if [ -x "$DEST/bin/llama-server" ] && { [ "$FLAVOUR" = cpu ] || [ "$BUILT_FLAVOUR" = cuda ]; }; then
   echo "$DEST/bin"
   exit 0
+fi
+
+if [ "$FLAVOUR" = cuda ]; then
+  log "CUDA toolkit found ($("$NVCC" --version | tail -n 1)): building with CUDA"
+  GPU_FLAGS=(-DGGML_CUDA=ON "-DCMAKE_CUDA_COMPILER=$NVCC")
+else
+  log "${CUDA_NOTE:-no CUDA toolkit (nvcc) found}: building for the CPU"
+  GPU_FLAGS=()
 fi
 
 need git "apt-get install git"
@@ -44,9 +71,9 @@ git -c advice.detachedHead=false clone --quiet "$work/package/llama/gitRelease.b
 log "configuring (cmake)"
 cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DGGML_NATIVE=OFF -DCMAKE_BUILD_RPATH='$ORIGIN' >"$work/cmake.log" 2>&1 || { tail -n 30 "$work/cmake.log" >&2; log "cmake configure failed"; exit 1; }
+  -DGGML_NATIVE=OFF -DCMAKE_BUILD_RPATH='$ORIGIN' "${GPU_FLAGS[@]}" >"$work/cmake.log" 2>&1 || { tail -n 30 "$work/cmake.log" >&2; log "cmake configure failed"; exit 1; }
 
-log "compiling llama-server with $JOBS jobs (about 5 minutes on 2 cores)"
+log "compiling llama-server ($FLAVOUR) with $JOBS jobs (about 5 minutes on 2 cores for the CPU; far longer with CUDA)"
 cmake --build "$work/build" --target llama-server -j "$JOBS" 2>&1 \
   | tee "$work/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]' | sed -u 's/^/[llama-server build] /' >&2 || true
 if [ ! -x "$work/build/bin/llama-server" ]; then
@@ -61,6 +88,7 @@ staging="$(mktemp -d "$CACHE_ROOT/.staging.XXXXXX")"
 mkdir -p "$staging/bin"
 cp -a "$work/build/bin/." "$staging/bin/"
 echo "$LLAMA_CPP_TAG" >"$staging/VERSION"
+echo "$FLAVOUR" >"$staging/FLAVOUR"
 rm -rf "$DEST"
 mv "$staging" "$DEST"
 log "done: $DEST/bin/llama-server"

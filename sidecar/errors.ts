@@ -33,7 +33,7 @@ export class SidecarError extends Error {
 interface Rule {
   pattern: RegExp;
   code: SidecarErrorCode;
-  message: (match: RegExpMatchArray) => string;
+  message: (match: RegExpMatchArray, tail: string) => string;
 }
 
 // First match wins, so the specific lines come before the generic ones.
@@ -69,9 +69,9 @@ const RULES: Rule[] = [
     message: (m) => `cannot load the multimodal projector ${m[1]}`,
   },
   {
-    pattern: /cudaMalloc failed: out of memory|CUDA error: out of memory|unable to allocate CUDA\d* buffer/,
+    pattern: /cudaMalloc failed: out of memory|CUDA error: out of memory|(?:unable|failed) to allocate CUDA\d* buffer/,
     code: "out_of_memory",
-    message: () => "not enough GPU memory for the model (try fewer GPU layers or a smaller context)",
+    message: (_, tail) => `not enough GPU memory for the model${gpuShortfall(tail)} (try fewer GPU layers or a smaller context)`,
   },
   {
     pattern: /insufficient memory|failed to allocate (?:CPU )?buffer|failed to allocate buffer for kv cache/,
@@ -100,6 +100,20 @@ const RULES: Rule[] = [
   },
 ];
 
+/**
+ * What the failed allocation asked for, as llama.cpp logs it: `allocating 4096.00 MiB on device 0:
+ * cudaMalloc failed`, or `failed to allocate CUDA0 buffer of size 4294967296`; and what the device
+ * had free when it says (`... MiB free`).
+ */
+function gpuShortfall(tail: string): string {
+  const mib = /allocating ([\d.]+) MiB on device (\d+)/.exec(tail);
+  const bytes = /failed to allocate (CUDA\d+) buffer of size (\d+)/.exec(tail);
+  const asked = mib ? `${mib[1]} MiB on device ${mib[2]}` : bytes ? `${(Number(bytes[2]) / 1024 ** 2).toFixed(2)} MiB on ${bytes[1]}` : undefined;
+  const free = /using device CUDA\d+ .* - (\d+) MiB free/.exec(tail)?.[1];
+  if (!asked) return "";
+  return `: llama-server could not allocate ${asked}${free ? ` (${free} MiB free)` : ""}`;
+}
+
 function describeExit(exit: ChildExit): string {
   return exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`;
 }
@@ -108,7 +122,7 @@ function describeExit(exit: ChildExit): string {
 export function explainExit(exit: ChildExit, tail: string): SidecarError {
   for (const rule of RULES) {
     const match = tail.match(rule.pattern);
-    if (match) return new SidecarError(rule.code, rule.message(match), tail, exit);
+    if (match) return new SidecarError(rule.code, rule.message(match, tail), tail, exit);
   }
   const lastError = tail.split("\n").filter((line) => /(?:^|\s)E |error/i.test(line)).pop()?.trim();
   const detail = lastError ? `: ${lastError}` : "";

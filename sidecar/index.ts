@@ -1,6 +1,6 @@
 // The llama.cpp sidecar: finding llama-server, and running one per model on its own Unix socket.
 export { buildLlamaServerArgs } from "./args.ts";
-export { LLAMA_CPP_RELEASE, resolveLlamaServerBinary, type LlamaServerBinary } from "./binary.ts";
+export { LLAMA_CPP_RELEASE, offloadDevices, resolveLlamaServerBinary, type LlamaServerBinary } from "./binary.ts";
 export { SidecarError, type SidecarErrorCode } from "./errors.ts";
 export type { Sidecar, SidecarState } from "./process.ts";
 export type { PoolingType, RunnerMode, RunnerSpec } from "./spec.ts";

@@ -5,6 +5,7 @@ import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
+import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
 // handed to the wiring as one typed object. A property given on the command line as
@@ -108,6 +109,14 @@ const Settings = z.object({
   ALLOW_UNPINNED_MODELS: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // /livez and /readyz answer without an API key (probes carry none).
   HEALTH_PATHS_OPEN: z.enum(["true", "false"]).default("true").transform((v) => v === "true"),
+  // Memory: the runners' estimates must fit in a budget, the GPUs' memory when llama-server uses
+  // them, else system memory (cgroup-capped); a set budget replaces the detected one (and its reserve).
+  INFERENCE_MEMORY_BUDGET: z.string().regex(BYTES_PATTERN, "a size like 8GiB or 512MiB").transform(parseBytes).optional(),
+  INFERENCE_MEMORY_RESERVE: z.string().regex(BYTES_PATTERN, "a size like 1GiB or 512MiB").default("1GiB").transform(parseBytes),
+  // The smallest context a model without a configured one is given (else it is refused).
+  INFERENCE_MIN_CONTEXT: z.coerce.number().int().min(256).default(4096),
+  // `off`: never budget or offload to a GPU, even where one is found.
+  INFERENCE_GPU: z.enum(["auto", "off"]).default("auto"),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -169,6 +178,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
+      memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },
   };
 }

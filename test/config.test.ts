@@ -85,4 +85,13 @@ describe("security settings", () => {
     const origins = loadConfig({ ALLOWED_ORIGINS: "https://a.example", DMR_ORIGINS: "https://b.example", OLLAMA_ORIGINS: "https://c.example" }, []).security.allowedOrigins;
     expect(origins).toEqual(expect.arrayContaining(["http://localhost:*", "https://a.example", "https://b.example", "https://c.example"]));
   });
+
+  it("reads the memory settings: sizes with units, a floor for the context, the GPU switch", () => {
+    expect(loadConfig({}, []).inference.memory).toEqual({ budget: undefined, reserve: 1024 ** 3, minContext: 4096, gpu: "auto" });
+    const set = loadConfig({ INFERENCE_MEMORY_BUDGET: "12GiB", INFERENCE_MEMORY_RESERVE: "512MiB", INFERENCE_MIN_CONTEXT: "2048", INFERENCE_GPU: "off" }, []);
+    expect(set.inference.memory).toEqual({ budget: 12 * 1024 ** 3, reserve: 512 * 1024 ** 2, minContext: 2048, gpu: "off" });
+    expect(loadConfig({}, ["--inference.memory.budget=1000000"]).inference.memory.budget).toBe(1_000_000);
+    expect(() => loadConfig({ INFERENCE_MEMORY_BUDGET: "lots" }, [])).toThrow(/a size like 8GiB[\s\S]*INFERENCE_MEMORY_BUDGET/);
+  });
 });
+

@@ -10,6 +10,7 @@ import { KEEP_ALIVE_PATTERN } from "../scheduler/policy.ts";
 import { readJson as readJsonUpTo } from "../http/body.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENGINE } from "./routes.ts";
+import type { DiskUsage } from "./disk.ts";
 
 // Engine management, in Docker Model Runner's shapes: status, running runners, unload, per-model
 // settings, and the Prometheus metrics of us and of every runner.
@@ -21,6 +22,8 @@ export type EngineDeps = {
   metrics: InferenceMetrics;
   /** llama-server's version, as it reports it; rejects when no binary is usable. */
   engineVersion: () => Promise<string>;
+  /** Bytes on disk of the store and of the engine (DMR's `df`). */
+  diskUsage: () => Promise<DiskUsage>;
 };
 
 const UnloadBody = z.strictObject({
@@ -71,18 +74,48 @@ const psEntry = (r: RunnerInfo) => ({
   last_used: new Date(r.lastUsed).toISOString(),
   keep_alive: r.keepAlive,
   threads: r.threads,
+  ...(r.contextSize !== undefined ? { context_size: r.contextSize } : {}),
+  // The estimate it was launched with, in bytes, and where that memory is.
+  ...(r.memory
+    ? {
+        memory: {
+          where: r.memory.where,
+          total_bytes: r.memory.total,
+          weights_bytes: r.memory.weights,
+          kv_cache_bytes: r.memory.kvCache,
+          compute_bytes: r.memory.compute,
+        },
+      }
+    : {}),
 });
 
 export function engineRoutes(deps: EngineDeps): Route[] {
   const { scheduler, store } = deps;
 
-  async function status(): Promise<Response> {
+  async function status(request: Request): Promise<Response> {
     // DMR's status strings, `<Type>[: <details>]`, which its CLI parses (`docker model status`).
     const state = await deps.engineVersion().then(
       (version) => `Running: ${ENGINE} ${version}`,
       (error: Error) => `Error: ${error.message}`,
     );
-    return Response.json({ [ENGINE]: state });
+    // DMR's CLI reads the answer as strings only: the memory comes when asked for (`?memory`).
+    if (!new URL(request.url).searchParams.has("memory")) return Response.json({ [ENGINE]: state });
+    return Response.json({ [ENGINE]: state, memory: await memoryStatus() });
+  }
+
+  async function memoryStatus() {
+    const memory = await scheduler.memory().catch(() => undefined);
+    if (!memory) return null;
+    const { budget, usedBytes } = memory;
+    return {
+      where: budget.where,
+      budget_bytes: budget.bytes,
+      used_bytes: usedBytes,
+      free_bytes: Math.max(0, budget.bytes - usedBytes),
+      source: budget.source,
+      reserve_bytes: budget.reserveBytes,
+      devices: budget.devices.map((d) => ({ index: d.index, name: d.name, total_bytes: d.totalBytes, free_bytes: d.freeBytes })),
+    };
   }
 
   async function unload(request: Request): Promise<Response> {
@@ -163,6 +196,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   return [
     { method: "GET", path: "/engines/status", handle: status },
     { method: "GET", path: "/engines/ps", handle: () => Response.json(scheduler.runners().map(psEntry)) },
+    { method: "GET", path: "/engines/df", handle: async () => Response.json(await deps.diskUsage()) },
     { method: "POST", path: "/engines/unload", handle: unload },
     { method: "POST", path: "/engines/_configure", handle: configure },
     { method: "GET", path: "/engines/_configure", handle: configured },

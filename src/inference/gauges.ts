@@ -10,7 +10,7 @@ export type Scraped = { model: string; mode: Mode; text: string };
 export type ModelGauges = {
   /** Our queue for a slot, plus requests llama-server deferred itself. */
   waiting: number;
-  /** Requests holding a runner slot. */
+  /** Requests holding a runner slot (those handed to llama-server that it holds back are waiting). */
   running: number;
   /** Tokens held by the slots at work over the context of all slots, 0 to 1. */
   kvUsage: number;
@@ -25,12 +25,21 @@ export function modelGauges(runners: RunnerInfo[], metrics: Scraped[], slots: Sc
     if (!entry) out.set(model, (entry = { waiting: 0, running: 0, kvUsage: 0, held: 0, context: 0 }));
     return entry;
   };
+  const deferredOf = new Map<string, number>();
+  for (const { model, text } of metrics) deferredOf.set(model, (deferredOf.get(model) ?? 0) + deferred(text));
   for (const r of runners) {
     const entry = of(r.model);
     entry.waiting += r.waiting;
     entry.running += r.inUse;
   }
-  for (const { model, text } of metrics) of(model).waiting += deferred(text);
+  // Requests handed ahead to llama-server (INFERENCE_RUNNER_QUEUE) count as ours in use, but wait
+  // there for a slot (its deferred count): they are waiting, not running.
+  for (const [model, count] of deferredOf) {
+    const entry = of(model);
+    const handedAhead = Math.min(count, entry.running);
+    entry.running -= handedAhead;
+    entry.waiting += count;
+  }
   for (const { model, text } of slots) {
     const entry = of(model);
     for (const slot of parseSlots(text)) {

@@ -1,5 +1,5 @@
 import { env } from "node:process";
-import { createSupervisor, resolveLlamaServerBinary, type LlamaServerBinary, type Supervisor } from "../../sidecar/index.ts";
+import { createSupervisor, offloadDevices, resolveLlamaServerBinary, type LlamaServerBinary, type Supervisor } from "../../sidecar/index.ts";
 import type { Config } from "../config.ts";
 import type { Route } from "../http/router.ts";
 import type { ModelStore } from "../models/index.ts";
@@ -7,6 +7,10 @@ import type { Runtime } from "../runtime/types.ts";
 import { createScheduler, type Scheduler } from "../scheduler/scheduler.ts";
 import { cpuBudget } from "../scheduler/cpu.ts";
 import { createSettingsStore, type SettingsStore } from "../scheduler/settings.ts";
+import { detectBudget } from "../scheduler/memory/detect.ts";
+import type { MemoryLimits } from "../scheduler/memory/sizing.ts";
+import { formatSize } from "../models/gguf.ts";
+import { diskUsage } from "./disk.ts";
 import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
 import { createMetrics } from "./metrics.ts";
@@ -40,6 +44,7 @@ export function createInference(
       ...(config.threads ? { threads: config.threads } : {}),
     },
     observe: metrics.observer,
+    memory: memoryLimits(config.memory, runtime, launcher.binary),
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
   void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
@@ -53,7 +58,14 @@ export function createInference(
   };
   const routes = [
     ...inferenceRoutes(deps),
-    ...engineRoutes({ store, scheduler, settings, metrics, engineVersion: async () => (await launcher.binary()).version }),
+    ...engineRoutes({
+      store,
+      scheduler,
+      settings,
+      metrics,
+      engineVersion: async () => (await launcher.binary()).version,
+      diskUsage: () => diskUsage(store.root, launcher.binary),
+    }),
   ];
   return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
 }
@@ -81,4 +93,33 @@ function lazyLauncher(config: Config["inference"], runtime: Runtime) {
     ));
   const start: StartRunner = async (spec, signal) => (await ready()).start(spec, signal);
   return { binary: getBinary, ready, start };
+}
+
+/**
+ * The budget, read once when first needed: GPUs count only when llama-server can offload to them
+ * (a CPU-only build on a GPU host runs in system memory). Read again while no binary is found (no
+ * runner starts then anyway) and after a failed read.
+ */
+function memoryLimits(settings: Config["inference"]["memory"], runtime: Runtime, binary: () => Promise<LlamaServerBinary>) {
+  let limits: Promise<MemoryLimits> | undefined;
+  const read = async (): Promise<MemoryLimits> => {
+    const found = settings.gpu === "off" ? undefined : await binary().catch(() => undefined);
+    if (settings.gpu !== "off" && !found) limits = undefined;
+    const offloads = found !== undefined && (await offloadDevices(runtime, found, env)).length > 0;
+    const budget = await detectBudget(runtime, env, { reserve: settings.reserve, gpu: offloads, ...(settings.budget !== undefined ? { setting: settings.budget } : {}) });
+    if (limits) {
+      const devices = budget.devices.map((d) => `${d.name} (${formatSize(d.freeBytes)} free)`).join(", ");
+      console.log(`memory budget: ${formatSize(budget.bytes)} of ${budget.where === "gpu" ? `GPU memory: ${devices}` : "system memory"} (${budget.source})`);
+    }
+    return { budget, minContext: settings.minContext };
+  };
+  return () => {
+    if (limits) return limits;
+    const reading = read().catch((error: unknown) => {
+      limits = undefined;
+      throw error;
+    });
+    limits = reading;
+    return reading;
+  };
 }

@@ -2,8 +2,8 @@ import { HttpError } from "../http/errors.ts";
 
 // The scheduler's failures, each with the status a client gets.
 
-export const loadFailed = (model: string, cause: unknown) =>
-  new HttpError(503, "unavailable_error", "model_load_failed", `model ${model} failed to load: ${describe(cause)}`);
+export const loadFailed = (model: string, cause: unknown, note?: string) =>
+  new HttpError(503, "unavailable_error", "model_load_failed", `model ${model} failed to load: ${describe(cause)}${note ? `; ${note}` : ""}`);
 
 export const queueFull = (model: string) =>
   new HttpError(503, "unavailable_error", "queue_full", `too many requests waiting for model ${model}; retry shortly`, {
@@ -41,3 +41,6 @@ export function describe(cause: unknown): string {
   const code = (cause.cause as { code?: unknown } | undefined)?.code;
   return typeof code === "string" && !cause.message.includes(code) ? `${cause.message}: ${code}` : cause.message;
 }
+
+/** A model whose estimate exceeds the whole memory budget: no eviction can make room. */
+export const modelTooLarge = (message: string) => new HttpError(507, "unavailable_error", "model_too_large", message);

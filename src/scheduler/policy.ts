@@ -13,19 +13,34 @@ export type RunnerView = {
   lastUsed: number;
   /** Pinned (PINNED_MODELS): kept loaded for good, never evicted. */
   pinned?: boolean;
+  /** Its estimated memory; 0 when memory is not counted. */
+  bytes?: number;
 };
 
-export type EvictionPlan = { kind: "room" } | { kind: "evict"; key: string } | { kind: "wait" };
+export type EvictionPlan = { kind: "room" } | { kind: "evict"; keys: string[] } | { kind: "wait" };
+
+/** The launch's estimated memory and the budget all runners share. */
+export type MemoryNeed = { bytes: number; budget: number };
 
 /**
- * Room for one more runner under `maxRunners`? Else the least recently used idle runner to unload,
- * or wait: for a runner already stopping (its room comes back soon) or for a busy one to go idle.
+ * Room for one more runner, under `maxRunners` and (when given) within the memory budget? Else the
+ * least recently used idle runners to unload until there is, as one decision; or wait: for a runner
+ * already stopping (its room comes back soon), or for busy ones to go idle when unloading every idle
+ * one would still not make room. A model too big even alone is the caller's to refuse.
  */
-export function pickEviction(running: RunnerView[], maxRunners: number): EvictionPlan {
-  if (running.length < maxRunners) return { kind: "room" };
+export function pickEviction(running: RunnerView[], maxRunners: number, memory?: MemoryNeed): EvictionPlan {
+  const used = (views: RunnerView[]) => views.reduce((sum, r) => sum + (r.bytes ?? 0), 0);
+  const fits = (staying: RunnerView[]) =>
+    staying.length < maxRunners && (!memory || used(staying) + memory.bytes <= memory.budget);
+  if (fits(running)) return { kind: "room" };
   if (running.some((r) => r.stopping)) return { kind: "wait" };
   const idle = running.filter((r) => !r.busy && !r.pinned).sort((a, b) => a.lastUsed - b.lastUsed);
-  return idle[0] ? { kind: "evict", key: idle[0].key } : { kind: "wait" };
+  const evicted = new Set<string>();
+  for (const runner of idle) {
+    evicted.add(runner.key);
+    if (fits(running.filter((r) => !evicted.has(r.key)))) return { kind: "evict", keys: [...evicted] };
+  }
+  return { kind: "wait" };
 }
 
 /** `"5m"`, `"1h30m"`, `"90s"`, `"500ms"`, `"0"`, `"-1"`, or a number of seconds. */

@@ -1,6 +1,8 @@
 import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
 import { keepAliveMs } from "./policy.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
+import type { Estimate } from "./memory/estimate.ts";
+import { formatSize } from "../models/gguf.ts";
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
 // and the leases it hands out. Only `enter` changes the state; callers read it and ask (`acquire`,
@@ -62,6 +64,8 @@ export type RunnerOptions = {
   /** llama-server's compute threads, and whether they were set (else a share of the cores). */
   threads: number;
   threadsFixed: boolean;
+  /** Its estimated memory and where it lives, when the scheduler keeps a budget. */
+  memory?: Estimate & { where: "gpu" | "cpu" };
 };
 
 /** How long a runner may take to answer a scrape before it is left out. */
@@ -195,7 +199,7 @@ export class Runner {
     } catch (error) {
       this.enter("stopped");
       if (!this.loadAbort.signal.aborted) this.events.loadFailed(this);
-      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error));
+      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error, this.estimateNote(error)));
       return this.finish(false);
     }
     if (this.loadAbort.signal.aborted) {
@@ -212,6 +216,13 @@ export class Runner {
     });
     this.grantWaiters();
     this.checkIdle();
+  }
+
+  /** Beside an out-of-memory at load, what we had estimated it needs. */
+  private estimateNote(error: unknown): string | undefined {
+    const memory = this.options.memory;
+    if ((error as { code?: unknown } | undefined)?.code !== "out_of_memory" || !memory) return undefined;
+    return `its estimate was ${formatSize(memory.total)} of ${memory.where === "gpu" ? "GPU memory" : "memory"}`;
   }
 
   /** The process ended without being asked to: a crash. */

@@ -1,9 +1,11 @@
 import { modelNotFound } from "../models/errors.ts";
-import { modelInUse, modelPinned, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { modelInUse, modelPinned, queueFull, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
+import { modelBytes } from "./memory/detect.ts";
+import { sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
@@ -32,6 +34,13 @@ export type SchedulerDeps = {
   settings: SettingsStore;
   limits: SchedulerLimits;
   observe?: SchedulerObserver;
+  /**
+   * The memory budget the runners' estimates must fit in, read once (the devices are queried);
+   * none: runners are only counted.
+   */
+  memory?: () => Promise<MemoryLimits | undefined>;
+  /** Bytes of a model's files as stored; default: their sizes on disk. */
+  modelBytes?: (model: ModelRef) => Promise<number>;
 };
 
 /** Hooks for metrics: loads, their time, crashes. */
@@ -53,6 +62,10 @@ export type RunnerInfo = {
   threads: number;
   /** Pinned with `pin`: never evicted, never expires, relaunched when it crashes. */
   pinned: boolean;
+  /** The context it runs with, when the scheduler chose or knows it. */
+  contextSize?: number;
+  /** Its estimated memory and where that is, when a budget is kept. */
+  memory?: Sizing["estimate"] & { where: Sizing["where"] };
 };
 
 export interface Scheduler {
@@ -80,6 +93,8 @@ export interface Scheduler {
   whileDeleting<T>(model: ModelRef, remove: () => Promise<T>): Promise<T>;
   /** After its settings changed: new requests get a runner loaded with them. */
   reload(model: ModelRef): void;
+  /** The memory budget and what the runners use of it; undefined when none is kept. */
+  memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
   /** Fetches each ready runner's `/metrics`, with its model and mode. */
   scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
   stopAll(): Promise<void>;
@@ -89,6 +104,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
   const leaving = new Set<Runner>();
   const capacityWaiters = new Set<() => void>();
+  /** Runner key -> requests waiting for room to launch it: as many as its slots and queue hold. */
+  const waitingForRoom = new Map<string, number>();
   /** Model id -> deletes in progress: no runner of these launches. */
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
@@ -172,6 +189,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    */
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
+    const memory = await deps.memory?.();
+    const weights = memory ? await (deps.modelBytes ?? modelBytes)(model) : 0;
     for (;;) {
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
       const settings = await deps.settings.get(model.id);
@@ -181,23 +200,47 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const existing = active.get(key);
       if (existing) return use(existing);
       const views = [...active.values(), ...leaving].map((r) => ({
-        key: r.options.key,
+        // Unique per runner: a replaced runner still draining shares its (model, mode) key.
+        key: r.options.spec.name,
         busy: r.busy,
         // A replaced runner still serving (draining) frees its room only when its requests end,
         // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
         stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
         lastUsed: r.lastUsed,
         pinned: pinned.has(r.options.key),
+        bytes: r.options.memory?.total ?? 0,
       }));
-      const plan = pickEviction(views, deps.limits.maxRunners);
-      if (plan.kind === "room") return use(launch(model, mode, settings));
-      // The unload goes on if the client leaves; only the wait for it ends.
-      if (plan.kind === "evict") await unlessAborted(unloadRunner(active.get(plan.key)!), signal);
-      else await waitForCapacity(signal);
+      const slots = settings.slots ?? deps.limits.slots;
+      // Sized beside the runners that stay (those stopping give their memory back soon); a model
+      // that cannot fit even alone throws its 507 here, before anything is unloaded.
+      const others = views.reduce((sum, v) => sum + (v.stopping ? 0 : v.bytes), 0);
+      const sizing = memory && sizeLaunch(model, settings, slots, weights, others, memory);
+      const need = sizing && memory ? { bytes: sizing.estimate.total, budget: memory.budget.bytes } : undefined;
+      const plan = pickEviction(views, deps.limits.maxRunners, need);
+      if (plan.kind === "room") return use(launch(model, mode, settings, sizing));
+      // The unloads go on if the client leaves; only the wait for them ends.
+      if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
+      else await waitForRoom(key, slots, model, signal);
     }
   }
 
-  function launch(model: ModelRef, mode: Mode, settings: ModelSettings): Runner {
+  const runnerByKey = (name: string) => [...active.values(), ...leaving].find((r) => r.options.spec.name === name);
+
+  /** Waits for room to launch; the queue rules bound how many may wait for one runner. */
+  async function waitForRoom(key: string, slots: number, model: ModelRef, signal?: AbortSignal): Promise<void> {
+    const waiting = waitingForRoom.get(key) ?? 0;
+    if (waiting >= slots + deps.limits.queueDepth) throw queueFull(modelName(model));
+    waitingForRoom.set(key, waiting + 1);
+    try {
+      await waitForCapacity(signal);
+    } finally {
+      const left = waitingForRoom.get(key)! - 1;
+      if (left > 0) waitingForRoom.set(key, left);
+      else waitingForRoom.delete(key);
+    }
+  }
+
+  function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing?: Sizing): Runner {
     const slots = settings.slots ?? deps.limits.slots;
     const keepAlive = pinned.has(runnerKey(model.id, mode)) ? "-1" : (settings.keepAlive ?? deps.limits.keepAlive);
     const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
@@ -208,7 +251,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, { slots, threads, ahead }, ++serial),
+      spec: runnerSpec(model, mode, settings, { slots, threads, ahead, ...gpuAndContext(settings, sizing) }, ++serial),
       slots,
       ahead,
       threads,
@@ -216,6 +259,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       queueDepth: deps.limits.queueDepth,
       keepAlive,
       keepAliveMs: keepAliveMs(keepAlive),
+      ...(sizing ? { memory: { ...sizing.estimate, where: sizing.where } } : {}),
     };
     const runner = new Runner(options, deps.start, events);
     active.set(options.key, runner);
@@ -233,7 +277,16 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     keepAlive: runner.keepAlive,
     threads: runner.options.threads,
     pinned: pinned.has(runner.options.key),
+    ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
+    ...(runner.options.memory ? { memory: runner.options.memory } : {}),
   });
+
+  /** On a GPU budget, every layer on the GPU unless the model's flags say otherwise; the chosen context. */
+  function gpuAndContext(settings: ModelSettings, sizing: Sizing | undefined) {
+    const flags = settings.runtimeFlags ?? [];
+    const offload = sizing?.where === "gpu" && !flags.some((f) => /^(-ngl|--n-gpu-layers)(=|$)/.test(f));
+    return { ...(offload ? { gpuLayers: "all" } : {}), ...(sizing?.contextSize !== undefined ? { contextSize: sizing.contextSize } : {}) };
+  }
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
     [...runners].filter((r) => r.options.modelId === model.id);
@@ -261,6 +314,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       (await this.acquire(model, mode)).release();
     },
     runners: () => [...active.values(), ...leaving].map(info),
+    async memory() {
+      const budget = (await deps.memory?.())?.budget;
+      if (!budget) return undefined;
+      const usedBytes = [...active.values(), ...leaving].reduce((sum, r) => sum + (r.options.memory?.total ?? 0), 0);
+      return { budget, usedBytes };
+    },
     async unload(match) {
       const idle = [...active.values()].filter((r) => !r.busy && !pinned.has(r.options.key) && match(info(r)));
       await Promise.all(idle.map(unloadRunner));
@@ -307,7 +366,13 @@ export function runnerSpec(
   model: ModelRef,
   mode: Mode,
   settings: ModelSettings,
-  { slots, threads, ahead = 0 }: { slots: number; threads: number; ahead?: number },
+  {
+    slots,
+    threads,
+    ahead = 0,
+    gpuLayers,
+    contextSize,
+  }: { slots: number; threads: number; ahead?: number; gpuLayers?: string; contextSize?: number },
   serial: number,
 ): RunnerSpec {
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
@@ -319,8 +384,9 @@ export function runnerSpec(
     modelPath: model.ggufPath,
     ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
     mode,
-    contextSize: settings.contextSize,
+    contextSize: contextSize ?? settings.contextSize,
     parallel: slots,
+    ...(gpuLayers ? { gpuLayers } : {}),
     ...(pooling ? { pooling } : {}),
     // llama-server serves each keep-alive connection on one HTTP thread until it closes: with
     // fewer threads than our open connections (a slot each, plus metrics), a request would wait

@@ -27,7 +27,8 @@ export type ModelRef = {
   tags: string[];
   ggufPath: string;
   mmprojPath?: string;
-  config?: { architecture?: string; gguf?: Record<string, string> };
+  /** `size`: the weight files' total as shown (`256.35MiB`). */
+  config?: { architecture?: string; size?: string; gguf?: Record<string, string> };
 };
 
 export const modelName = (model: ModelRef): string => model.tags[0] ?? model.id;

@@ -111,6 +111,8 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
       last_used: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
       keep_alive: "5m",
       threads: expect.any(Number),
+      context_size: expect.any(Number),
+      memory: { where: "cpu", total_bytes: expect.any(Number), weights_bytes: expect.any(Number), kv_cache_bytes: expect.any(Number), compute_bytes: expect.any(Number) },
     });
     const metrics = await ask(unix(), "GET", `${P}/metrics`);
     expect(metrics.headers["content-type"]).toMatch(/^text\/plain/);

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MODEL_MEDIA, pushModel, startRegistry, type Registry } from "../support/registry.ts";
 import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
-import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { tinyLlamaGguf, type TinyGgufOptions } from "../support/tiny-gguf.ts";
 
 // The whole model runner as users run it: src/index.ts as a child process, its store pulled from a
 // real registry, real llama-server runners. Everything lives in one temporary folder, kept across
@@ -35,6 +35,8 @@ export type StackOptions = {
   unpulled?: string[];
   /** Further repositories pushed with a multimodal projector layer beside the tiny weights. */
   withProjector?: Record<string, Uint8Array>;
+  /** Further repositories pushed as tiny models of a given shape. */
+  shaped?: Record<string, TinyGgufOptions>;
   env?: Record<string, string>;
 };
 
@@ -59,12 +61,15 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     for (const [repository, data] of withProjector) {
       await pushModel(registry, repository, "latest", tinyLlamaGguf(), { layers: [{ mediaType: MODEL_MEDIA.mmproj, data }] });
     }
+    const shaped = Object.entries(options.shaped ?? {});
+    for (const [repository, shape] of shaped) await pushModel(registry, repository, "latest", tinyLlamaGguf(shape));
     const launch = async (env: Record<string, string> = {}) => {
       server = await startRunnerService(options.runtime ?? "bun", dir, registry, { ...options.env, ...env });
       return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
     };
     let url = await launch();
-    for (const repository of [...options.models, ...(options.embedders ?? []), ...(options.rerankers ?? []), ...withProjector.map(([r]) => r)]) await pullModel(url, repository);
+    const pulled = [...options.models, ...(options.embedders ?? []), ...(options.rerankers ?? []), ...withProjector.map(([r]) => r), ...shaped.map(([r]) => r)];
+    for (const repository of pulled) await pullModel(url, repository);
     const stack: Stack = {
       get url() {
         return url;

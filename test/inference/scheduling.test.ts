@@ -16,7 +16,8 @@ beforeAll(async () => {
     models: ["ai/alpha", "ai/beta", "ai/gamma"],
     // Its projector is a language model, which llama-server refuses as one: proof it was passed.
     withProjector: { "ai/seeing": tinyLlamaGguf({ seed: 9 }) },
-    env: { INFERENCE_MAX_RUNNERS: "2", INFERENCE_QUEUE_DEPTH: "1", INFERENCE_BODY_LIMIT: "65536" },
+    // The queue under test is ours: nothing is handed ahead to llama-server's own.
+    env: { INFERENCE_MAX_RUNNERS: "2", INFERENCE_QUEUE_DEPTH: "1", INFERENCE_RUNNER_QUEUE: "0", INFERENCE_BODY_LIMIT: "65536" },
   });
 });
 afterAll(async () => {

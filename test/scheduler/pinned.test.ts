@@ -39,7 +39,7 @@ const view = (key: string, lastUsed: number, pinned = false): RunnerView => ({ k
 
 describe("pickEviction with pinned runners", () => {
   it.each<[string, RunnerView[], ReturnType<typeof pickEviction>]>([
-    ["skips a pinned runner, however old", [view("a", 1, true), view("b", 5)], { kind: "evict", key: "b" }],
+    ["skips a pinned runner, however old", [view("a", 1, true), view("b", 5)], { kind: "evict", keys: ["b"] }],
     ["waits when every idle runner is pinned", [view("a", 1, true), view("b", 2, true)], { kind: "wait" }],
   ])("%s", (_, running, plan) => {
     expect(pickEviction(running, 2)).toEqual(plan);

@@ -11,13 +11,27 @@ describe("pickEviction", () => {
   it.each<[string, RunnerView[], number, ReturnType<typeof pickEviction>]>([
     ["room when under the maximum", [view("a", 1)], 2, { kind: "room" }],
     ["room when none is loaded", [], 1, { kind: "room" }],
-    ["the least recently used idle runner", [view("a", 5), view("b", 2), view("c", 9)], 3, { kind: "evict", key: "b" }],
-    ["never a busy one, however old", [view("a", 1, true), view("b", 7)], 2, { kind: "evict", key: "b" }],
+    ["the least recently used idle runner", [view("a", 5), view("b", 2), view("c", 9)], 3, { kind: "evict", keys: ["b"] }],
+    ["never a busy one, however old", [view("a", 1, true), view("b", 7)], 2, { kind: "evict", keys: ["b"] }],
     ["wait when all are busy", [view("a", 1, true), view("b", 2, true)], 2, { kind: "wait" }],
     ["wait while one is already stopping", [view("a", 1, false, true), view("b", 2)], 2, { kind: "wait" }],
     ["room again once the stopping one is gone", [view("b", 2)], 2, { kind: "room" }],
   ])("%s", (_, running, max, plan) => {
     expect(pickEviction(running, max)).toEqual(plan);
+  });
+
+  const sized = (key: string, lastUsed: number, bytes: number, busy = false, stopping = false): RunnerView => ({ key, lastUsed, busy, stopping, bytes });
+  it.each<[string, RunnerView[], { bytes: number; budget: number }, ReturnType<typeof pickEviction>]>([
+    ["room when the need fits beside the others", [sized("a", 1, 40)], { bytes: 60, budget: 100 }, { kind: "room" }],
+    ["the least recently used idle one when the need does not fit", [sized("a", 5, 40), sized("b", 2, 40)], { bytes: 30, budget: 100 }, { kind: "evict", keys: ["b"] }],
+    ["as many idle ones as it takes, least recently used first", [sized("a", 5, 30), sized("b", 2, 30), sized("c", 3, 30)], { bytes: 60, budget: 100 }, { kind: "evict", keys: ["b", "c"] }],
+    ["never a busy one, however old and large", [sized("a", 1, 80, true), sized("b", 7, 10)], { bytes: 15, budget: 100 }, { kind: "evict", keys: ["b"] }],
+    ["wait (unload nothing) when only unloading a busy one would make room", [sized("a", 1, 80, true), sized("b", 7, 10)], { bytes: 30, budget: 100 }, { kind: "wait" }],
+    ["wait while one is stopping and its memory is still held", [sized("a", 1, 60, false, true), sized("b", 2, 10)], { bytes: 50, budget: 100 }, { kind: "wait" }],
+    ["a full count evicts although memory is plenty", [sized("a", 1, 1), sized("b", 2, 1), sized("c", 3, 1)], { bytes: 1, budget: 100 }, { kind: "evict", keys: ["a"] }],
+    ["room at exactly the budget", [sized("a", 1, 50)], { bytes: 50, budget: 100 }, { kind: "room" }],
+  ])("memory: %s", (_, running, memory, plan) => {
+    expect(pickEviction(running, 3, memory)).toEqual(plan);
   });
 });
 

@@ -26,6 +26,18 @@ const cases: Array<[string, string, string, RegExp]> = [
     /^cannot load the multimodal projector \/m\/p\.gguf$/,
   ],
   ["CUDA out of memory", "ggml_cuda_host_malloc: cudaMalloc failed: out of memory", "out_of_memory", /not enough GPU memory/],
+  [
+    "CUDA out of memory at load, with the numbers",
+    "I llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4090) (0000:01:00.0) - 1530 MiB free\nE ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4403.50 MiB on device 0: cudaMalloc failed: out of memory\nE alloc_tensor_range: failed to allocate CUDA0 buffer of size 4617404416\nE llama_model_load: error loading model: unable to allocate CUDA0 buffer",
+    "out_of_memory",
+    /^not enough GPU memory for the model: llama-server could not allocate 4403\.50 MiB on device 0 \(1530 MiB free\) \(try fewer GPU layers/,
+  ],
+  [
+    "CUDA buffer of a size",
+    "E alloc_tensor_range: failed to allocate CUDA1 buffer of size 1073741824",
+    "out_of_memory",
+    /not enough GPU memory for the model: llama-server could not allocate 1024\.00 MiB on CUDA1 \(/,
+  ],
   ["host out of memory", "E ggml_aligned_malloc: insufficient memory (attempted to allocate 48828.12 MB)", "out_of_memory", /not enough memory/],
   ["kv cache allocation", "E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache", "out_of_memory", /not enough memory/],
   ["unknown flag", "I srv  llama_server: initializing ...\nerror: invalid argument: --bogus", "bad_argument", /does not know the option --bogus/],

@@ -17,7 +17,26 @@ export interface TinyGgufOptions {
    * llama-server reports as the relevance score.
    */
   reranker?: boolean;
+  /** The shape, for tests of memory estimates; defaults as above. */
+  embedding?: number;
+  heads?: number;
+  /** Grouped-query attention: fewer key/value heads than heads. Default: as many as heads. */
+  kvHeads?: number;
+  layers?: number;
+  feedForward?: number;
+  context?: number;
 }
+
+type Shape = { embd: number; head: number; headKv: number; layer: number; ff: number; ctx: number };
+
+const shapeOf = (o: TinyGgufOptions): Shape => ({
+  embd: o.embedding ?? N_EMBD,
+  head: o.heads ?? N_HEAD,
+  headKv: o.kvHeads ?? o.heads ?? N_HEAD,
+  layer: o.layers ?? N_LAYER,
+  ff: o.feedForward ?? N_FF,
+  ctx: o.context ?? N_CTX,
+});
 
 const GGUF_VERSION = 3;
 const ALIGNMENT = 32;
@@ -68,7 +87,7 @@ function vocabulary(): { tokens: string[]; types: number[] } {
   return { tokens, types };
 }
 
-function metadata(options: TinyGgufOptions): Array<[string, MetaValue]> {
+function metadata(options: TinyGgufOptions, shape: Shape): Array<[string, MetaValue]> {
   const { tokens, types } = vocabulary();
   const arch = options.reranker ? "qwen3" : "llama";
   const pooling = options.reranker ? POOLING_RANK : options.meanPooling ? POOLING_MEAN : undefined;
@@ -76,13 +95,13 @@ function metadata(options: TinyGgufOptions): Array<[string, MetaValue]> {
     ["general.architecture", { type: T_STRING, value: arch }],
     ["general.name", { type: T_STRING, value: options.reranker ? "tiny-random-reranker" : "tiny-random-llama" }],
     ["general.alignment", u32(ALIGNMENT)],
-    [`${arch}.context_length`, u32(N_CTX)],
-    [`${arch}.embedding_length`, u32(N_EMBD)],
-    [`${arch}.block_count`, u32(N_LAYER)],
-    [`${arch}.feed_forward_length`, u32(N_FF)],
-    [`${arch}.attention.head_count`, u32(N_HEAD)],
-    [`${arch}.attention.head_count_kv`, u32(N_HEAD)],
-    [`${arch}.rope.dimension_count`, u32(N_EMBD / N_HEAD)],
+    [`${arch}.context_length`, u32(shape.ctx)],
+    [`${arch}.embedding_length`, u32(shape.embd)],
+    [`${arch}.block_count`, u32(shape.layer)],
+    [`${arch}.feed_forward_length`, u32(shape.ff)],
+    [`${arch}.attention.head_count`, u32(shape.head)],
+    [`${arch}.attention.head_count_kv`, u32(shape.headKv)],
+    [`${arch}.rope.dimension_count`, u32(shape.embd / shape.head)],
     [`${arch}.attention.layer_norm_rms_epsilon`, { type: T_FLOAT32, value: 1e-5 }],
     [`${arch}.vocab_size`, u32(tokens.length)],
     ...(pooling === undefined ? [] : [[`${arch}.pooling_type`, u32(pooling)] as [string, MetaValue]]),
@@ -97,31 +116,32 @@ function metadata(options: TinyGgufOptions): Array<[string, MetaValue]> {
   ];
 }
 
-function tensors(vocabSize: number, reranker: boolean): Tensor[] {
+function tensors(vocabSize: number, { embd, head, headKv, layer, ff }: Shape, reranker: boolean): Tensor[] {
+  const kvWidth = (embd / head) * headKv;
   const list: Tensor[] = [
-    { name: "token_embd.weight", dims: [N_EMBD, vocabSize], fill: "random" },
-    { name: "output_norm.weight", dims: [N_EMBD], fill: "ones" },
-    { name: "output.weight", dims: [N_EMBD, vocabSize], fill: "random" },
-    ...(reranker ? [{ name: "cls.output.weight", dims: [N_EMBD, RERANK_LABELS.length], fill: "random" as const }] : []),
+    { name: "token_embd.weight", dims: [embd, vocabSize], fill: "random" },
+    { name: "output_norm.weight", dims: [embd], fill: "ones" },
+    { name: "output.weight", dims: [embd, vocabSize], fill: "random" },
+    ...(reranker ? [{ name: "cls.output.weight", dims: [embd, RERANK_LABELS.length], fill: "random" as const }] : []),
   ];
-  for (let block = 0; block < N_LAYER; block++) {
+  for (let block = 0; block < layer; block++) {
     const p = `blk.${block}`;
     list.push(
-      { name: `${p}.attn_norm.weight`, dims: [N_EMBD], fill: "ones" },
-      { name: `${p}.attn_q.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.attn_k.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.attn_v.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
-      { name: `${p}.attn_output.weight`, dims: [N_EMBD, N_EMBD], fill: "random" },
+      { name: `${p}.attn_norm.weight`, dims: [embd], fill: "ones" },
+      { name: `${p}.attn_q.weight`, dims: [embd, embd], fill: "random" },
+      { name: `${p}.attn_k.weight`, dims: [embd, kvWidth], fill: "random" },
+      { name: `${p}.attn_v.weight`, dims: [embd, kvWidth], fill: "random" },
+      { name: `${p}.attn_output.weight`, dims: [embd, embd], fill: "random" },
       ...(reranker
         ? [
-            { name: `${p}.attn_q_norm.weight`, dims: [N_EMBD / N_HEAD], fill: "ones" as const },
-            { name: `${p}.attn_k_norm.weight`, dims: [N_EMBD / N_HEAD], fill: "ones" as const },
+            { name: `${p}.attn_q_norm.weight`, dims: [embd / head], fill: "ones" as const },
+            { name: `${p}.attn_k_norm.weight`, dims: [embd / head], fill: "ones" as const },
           ]
         : []),
-      { name: `${p}.ffn_norm.weight`, dims: [N_EMBD], fill: "ones" },
-      { name: `${p}.ffn_gate.weight`, dims: [N_EMBD, N_FF], fill: "random" },
-      { name: `${p}.ffn_up.weight`, dims: [N_EMBD, N_FF], fill: "random" },
-      { name: `${p}.ffn_down.weight`, dims: [N_FF, N_EMBD], fill: "random" },
+      { name: `${p}.ffn_norm.weight`, dims: [embd], fill: "ones" },
+      { name: `${p}.ffn_gate.weight`, dims: [embd, ff], fill: "random" },
+      { name: `${p}.ffn_up.weight`, dims: [embd, ff], fill: "random" },
+      { name: `${p}.ffn_down.weight`, dims: [ff, embd], fill: "random" },
     );
   }
   return list;
@@ -218,8 +238,9 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
 
 /** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
 export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
-  const meta = metadata(options);
-  const list = tensors(vocabulary().tokens.length, options.reranker ?? false);
+  const shape = shapeOf(options);
+  const meta = metadata(options, shape);
+  const list = tensors(vocabulary().tokens.length, shape, options.reranker ?? false);
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
   out.u32(GGUF_VERSION);

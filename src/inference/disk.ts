@@ -1,0 +1,29 @@
+import { readdir, stat } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import type { LlamaServerBinary } from "../../sidecar/index.ts";
+
+// Docker Model Runner's `GET /engines/df`: bytes of the model store and of the inference engine.
+
+export type DiskUsage = { models_disk_usage: number; default_backend_disk_usage: number };
+
+/** Bytes of the files under `folder`, links not followed; 0 when it does not exist. */
+export async function folderBytes(folder: string): Promise<number> {
+  const entries = await readdir(folder, { withFileTypes: true }).catch(() => []);
+  let total = 0;
+  for (const entry of entries) {
+    const path = join(folder, entry.name);
+    if (entry.isDirectory()) total += await folderBytes(path);
+    else if (entry.isFile()) total += await stat(path).then((s) => s.size, () => 0);
+  }
+  return total;
+}
+
+export async function diskUsage(storeRoot: string, binary: () => Promise<LlamaServerBinary>): Promise<DiskUsage> {
+  // Our build's folder holds the binary and its shared libraries; one found elsewhere (on PATH) is
+  // counted alone. 0 while none is found.
+  const engine = await binary().then(
+    (b) => (b.source === "cache" ? folderBytes(dirname(b.path)) : stat(b.path).then((s) => s.size)),
+    () => 0,
+  );
+  return { models_disk_usage: await folderBytes(storeRoot), default_backend_disk_usage: engine };
+}

@@ -1,0 +1,71 @@
+import { formatSize } from "../../models/gguf.ts";
+import { modelTooLarge } from "../errors.ts";
+import type { MemoryBudget } from "./budget.ts";
+import { estimateMemory, flagValue, largestFittingContext, shapeOf, type Estimate } from "./estimate.ts";
+import type { ModelSettings } from "../settings.ts";
+import type { ModelRef } from "../types.ts";
+
+// The context a launch gets and what it will cost: the configured context, else the model's own
+// capped to what fits beside the runners loaded (at least the floor). Pure: the scheduler hands it
+// the state it reads in the same synchronous step as it acts.
+
+export type MemoryLimits = {
+  budget: MemoryBudget;
+  /** The smallest context a model without a configured one is given. */
+  minContext: number;
+};
+
+export type Sizing = {
+  /** The context the runner starts with (undefined: llama-server's default, no header to go by). */
+  contextSize: number | undefined;
+  estimate: Estimate;
+  where: "gpu" | "cpu";
+};
+
+/** Whether the runner's layers go to the GPU: a GPU budget, unless its flags keep them off. */
+export function runsOnGpu(budget: MemoryBudget, flags: string[] = []): boolean {
+  return budget.where === "gpu" && flagValue(flags, "-ngl", "--n-gpu-layers") !== "0";
+}
+
+export function sizeLaunch(
+  model: ModelRef,
+  settings: ModelSettings,
+  slots: number,
+  weights: number,
+  /** Bytes of the runners that stay loaded beside it. */
+  others: number,
+  limits: MemoryLimits,
+): Sizing {
+  const flags = settings.runtimeFlags ?? [];
+  const where = runsOnGpu(limits.budget, flags) ? "gpu" : "cpu";
+  const shape = shapeOf(model.config?.gguf ?? {}, model.config?.architecture);
+  const configured = settings.contextSize === 0 ? shape?.trainedContext : settings.contextSize;
+  if (!shape) {
+    // No header to read: the weights are all that is known.
+    const estimate = { weights, kvCache: 0, compute: 0, total: weights, contextSize: configured ?? 0 };
+    return check(model, { contextSize: settings.contextSize, estimate, where }, limits, undefined);
+  }
+  const run = { slots, flags };
+  const ceiling = configured ?? shape.trainedContext ?? limits.minContext;
+  let contextSize = configured;
+  if (contextSize === undefined) {
+    const floor = Math.min(limits.minContext, ceiling);
+    const beside = largestFittingContext(shape, weights, run, limits.budget.bytes - others, ceiling);
+    contextSize = Math.max(floor, beside ?? 0);
+  }
+  const estimate = estimateMemory(shape, weights, { ...run, contextSize });
+  const fitting = () => largestFittingContext(shape, weights, run, limits.budget.bytes, ceiling);
+  return check(model, { contextSize, estimate, where }, limits, fitting);
+}
+
+/** A model that cannot fit even alone is refused at once (507), naming the numbers. */
+function check(model: ModelRef, sizing: Sizing, limits: MemoryLimits, fitting: (() => number | undefined) | undefined): Sizing {
+  if (sizing.estimate.total <= limits.budget.bytes) return sizing;
+  const { weights, kvCache, compute, total, contextSize } = sizing.estimate;
+  const context = fitting?.();
+  const parts = `weights ${formatSize(weights)}, KV cache ${formatSize(kvCache)} for ${contextSize} tokens, compute ${formatSize(compute)}`;
+  const hint = context ? `a context size of ${context} tokens would fit` : "it does not fit with any context size";
+  const name = model.tags[0] ?? model.id;
+  const where = sizing.where === "gpu" ? "GPU memory" : "memory";
+  throw modelTooLarge(`model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`);
+}
