@@ -31,14 +31,17 @@ export function targetOf(options: ClientOptions, env: Record<string, string | un
 
 export const describeTarget = (t: Target) => (t.kind === "unix" ? `unix:${t.path}` : t.url);
 
-type Bun = { fetch(url: string, init: RequestInit & { unix?: string }): Promise<Response> };
+type Bun = { fetch(url: string, init: RequestInit & { unix?: string; timeout?: boolean }): Promise<Response> };
 
-/** fetch over a Unix socket: Bun's own option, or undici's connector under Node. */
-function unixFetch(path: string): typeof fetch {
+/**
+ * fetch over a Unix socket (`path`) or TCP, with no time limit on a quiet answer (a followed log,
+ * a long prompt): Bun's own fetch with its 5-minute idle limit lifted, or under Node undici's,
+ * whose header and body timeouts (5 minutes too) are turned off.
+ */
+function fetchVia(path?: string): typeof fetch {
   const bun = (globalThis as { Bun?: Bun }).Bun;
-  if (bun) return ((url: string, init: RequestInit = {}) => bun.fetch(url, { ...init, unix: path })) as typeof fetch;
-  // No timeouts: a generation or a followed log may be quiet for long.
-  const dispatcher = new Agent({ connect: { socketPath: path }, headersTimeout: 0, bodyTimeout: 0 });
+  if (bun) return ((url: string, init: RequestInit = {}) => bun.fetch(url, { ...init, timeout: false, ...(path ? { unix: path } : {}) })) as typeof fetch;
+  const dispatcher = new Agent({ ...(path ? { connect: { socketPath: path } } : {}), headersTimeout: 0, bodyTimeout: 0 });
   return ((url: string, init: RequestInit = {}) => fetch(url, { ...init, dispatcher } as RequestInit)) as typeof fetch;
 }
 
@@ -55,7 +58,7 @@ export type Client = {
 export function createClient(options: ClientOptions, env: Record<string, string | undefined> = process.env): Client {
   const target = targetOf(options, env);
   const apiKey = options.apiKey ?? env.MODEL_RUNNER_API_KEY;
-  const send = target.kind === "unix" ? unixFetch(target.path) : fetch;
+  const send = fetchVia(target.kind === "unix" ? target.path : undefined);
   const base = target.kind === "unix" ? `http://localhost${SOCKET_PREFIX}` : target.url;
 
   async function raw(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {

@@ -1,11 +1,21 @@
 import { Command, InvalidArgumentError } from "commander";
 import { CliError, failure, type Client } from "./client.ts";
-import { ago, table } from "./format.ts";
+import { ago, formatBytes, table } from "./format.ts";
 import type { ClientFor } from "./models.ts";
 
 // The runner commands: ps, unload, configure, logs, status, version.
 
-type PsEntry = { model_name: string; mode: string; state: string; in_flight: number; waiting: number; last_used: string; keep_alive: string };
+type PsEntry = {
+  model_name: string;
+  mode: string;
+  state: string;
+  in_flight: number;
+  waiting: number;
+  last_used: string;
+  keep_alive: string;
+  /** The memory the runner was estimated to need when it was launched, and where (servers that estimate it). */
+  memory?: { where: string; total_bytes: number };
+};
 
 const print = (text: string) => process.stdout.write(`${text}\n`);
 
@@ -16,8 +26,9 @@ const wholeNumber = (value: string) => {
 };
 
 export function psTable(runners: PsEntry[], now: number): string {
-  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now)]);
-  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED"], rows);
+  const memory = (r: PsEntry) => (r.memory ? `${formatBytes(r.memory.total_bytes)} (${r.memory.where})` : "");
+  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r)]);
+  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY"], rows);
 }
 
 export function engineCommands(program: Command, clientFor: ClientFor, clientVersion: string): void {

@@ -180,7 +180,7 @@ describe("runners", () => {
   it("ps lists the loaded runner; configure, logs, unload", async () => {
     const ps = await llamadock(["ps"], env);
     expect(ps.code).toBe(0);
-    expect(ps.stdout).toMatch(/^MODEL NAME\s+MODE\s+STATE\s+IN USE\s+QUEUE\s+KEEP ALIVE\s+LAST USED\nai\/tiny:latest\s+completion\s+ready\s+0\s+0\s+5m\s+/);
+    expect(ps.stdout).toMatch(/^MODEL NAME\s+MODE\s+STATE\s+IN USE\s+QUEUE\s+KEEP ALIVE\s+LAST USED\s+MEMORY\nai\/tiny:latest\s+completion\s+ready\s+0\s+0\s+5m\s+(just now|\d+ \w+ ago)\s+[\d.]+ [kMG]?B \(\w+\)\n$/);
 
     const configured = await llamadock(["configure", "ai/tiny", "--context-size", "256", "--keep-alive", "10m"], env);
     expect(configured).toMatchObject({ code: 0, stdout: 'Configured ai/tiny:latest: {"context-size":256,"keep_alive":"10m"}\n' });
@@ -199,7 +199,7 @@ describe("runners", () => {
     following.child.kill("SIGTERM");
     await following.exited;
 
-    // Back to the model's own context (-1) for the chat below.
+    // -1: the model's own context.
     expect((await llamadock(["configure", "ai/tiny", "--context-size", "-1"], env)).stdout).toBe('Configured ai/tiny:latest: {"context-size":0,"keep_alive":"10m"}\n');
 
     expect((await llamadock(["unload"], env))).toMatchObject({ code: 1, stderr: "llamadock: name the models to unload, or pass --all\n" });
@@ -208,6 +208,8 @@ describe("runners", () => {
   });
 
   it("run without a prompt on a terminal: a chat, where Ctrl-C stops an answer, not the chat, and /bye leaves", async () => {
+    // Room for three questions: the tiny model's 512 tokens of context in each of the 4 slots.
+    await llamadock(["configure", "ai/tiny", "--context-size", "2048"], env);
     const pane = await tmuxSession(`llamadock-cli-${process.pid}`, ["run", "-n", "20", "-p", "ignore_eos=true", "ai/tiny"], env);
     try {
       await pane.waitFor(/Chatting with ai\/tiny\. Type \/bye to leave\.\n>>>$/, "the chat's prompt");

@@ -67,7 +67,10 @@ export async function tmuxSession(name: string, args: string[], env: CliEnv) {
     screen,
     keys: (...keys: string[]) => tmux("send-keys", "-t", name, ...keys),
     async waitFor(pattern: RegExp, what: string) {
-      await until(async () => pattern.test(await screen()), `${what}; screen:\n${await screen()}`);
+      // The screen as it is when the wait fails, not as it was when it began.
+      await until(async () => pattern.test(await screen()), what).catch(async (error: Error) => {
+        throw new Error(`${error.message}; screen:\n${await screen()}`);
+      });
     },
     kill: () => tmux("kill-server").catch(() => {}),
   };
