@@ -1,6 +1,5 @@
 import { createInterface } from "node:readline/promises";
-import type { Command } from "commander";
-import { InvalidArgumentError } from "commander";
+import { InvalidArgumentError, type Command } from "commander";
 import { CliError, failure, lines, modelPath, type Client } from "./client.ts";
 import type { ClientFor } from "./models.ts";
 
@@ -31,7 +30,7 @@ export async function chat(client: Client, request: ChatRequest, messages: Messa
     for await (const line of lines(response.body)) {
       if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
       const chunk = JSON.parse(line.slice(6)) as { choices?: { delta?: { content?: string | null } }[]; error?: { message?: string } };
-      if (chunk.error) throw new Error(chunk.error.message ?? "the runner failed");
+      if (chunk.error) throw new CliError(chunk.error.message ?? "the runner failed");
       const piece = printable(chunk.choices?.[0]?.delta?.content ?? "");
       if (piece) {
         text += piece;
