@@ -87,6 +87,8 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const drain = createDrain();
   const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
   const fetch = globalThis.fetch.bind(globalThis);
+  // Followed logs and events streams never end by themselves: they end when the server stops.
+  const streamsEnd = new AbortController();
   // Shared with the status page, which shows the pulls in progress.
   const puller = createPuller(store, { maxConcurrent: config.models.pullMaxConcurrent });
   const models = createModelApi({
@@ -115,7 +117,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     ...rerankRoutes(inference.deps),
     ...ollamaRoutes({ inference: inference.deps, store, models, settings: inference.settings, version: OLLAMA_API_VERSION }),
     ...inference.routes,
-    ...logRoutes({ store, logDir: config.inference.logDir }),
+    ...logRoutes({ store, logDir: config.inference.logDir, ending: streamsEnd.signal }),
     // Before aboutRoutes: `/` is the page for browsers, and DMR's text for everyone else.
     ...webRoutes({
       runners: () => inference.scheduler.runners(),
@@ -123,6 +125,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
       pulls: () => puller.active(),
       runDir: config.inference.runtimeDir,
       notBrowser: runningText,
+      ending: streamsEnd.signal,
     }),
     ...aboutRoutes,
     ...healthRoutes({
@@ -143,7 +146,10 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     handler: drain.wrap(routed, [...HEALTH_PATHS, "/metrics"]),
     targets,
     policy: config.security,
-    drain: (graceMs) => drain.drain(graceMs, idle),
+    drain: (graceMs) => {
+      streamsEnd.abort();
+      return drain.drain(graceMs, idle);
+    },
     stop: async () => {
       pinned.stop();
       await inference.stop();

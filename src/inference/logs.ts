@@ -9,7 +9,12 @@ import type { ModelStore } from "../models/index.ts";
 // one that failed to load can still be read. `follow=true` keeps the answer open and sends what
 // is appended, as `tail -f` would, moving on to the file of the model's next runner when one starts.
 
-export type LogDeps = { store: Pick<ModelStore, "resolve">; logDir: string };
+export type LogDeps = {
+  store: Pick<ModelStore, "resolve">;
+  logDir: string;
+  /** Aborts when the server begins to stop: followed logs end then, or they would hold it up. */
+  ending?: AbortSignal;
+};
 
 /** How often a followed log is looked at again: a file is polled, which works on every runtime. */
 const FOLLOW_INTERVAL_MS = 250;
@@ -96,7 +101,8 @@ export function logRoutes(deps: LogDeps): Route[] {
     if (!Number.isInteger(tail) || tail < 0) throw badRequest("invalid_tail", "tail must be a whole number of bytes");
     const start = Math.max(0, size - tail);
     const headers = { "content-type": "text/plain; charset=utf-8", "cache-control": "no-cache" };
-    if (query.get("follow") === "true") return new Response(followStream(find, path, start, request.signal), { headers });
+    const signal = deps.ending ? AbortSignal.any([request.signal, deps.ending]) : request.signal;
+    if (query.get("follow") === "true") return new Response(followStream(find, path, start, signal), { headers });
     return new Response(await readRange(path, start, size), { headers });
   }
   return [{ method: "GET", path: "/engines/logs", handle: logs }];

@@ -11,6 +11,8 @@ import { liveState, type StateDeps } from "./state.ts";
 export type WebDeps = StateDeps & {
   /** What `/` answers clients that are not browsers. */
   notBrowser: Route["handle"];
+  /** Aborts when the server begins to stop: the events streams end then, or they would hold it up. */
+  ending?: AbortSignal;
 };
 
 /** How often the state is looked at for changes; a change is sent once, the same state never twice. */
@@ -87,7 +89,7 @@ export function webRoutes(deps: WebDeps): Route[] {
       method: "GET",
       path: "/engines/events",
       handle: (request: IRequest) =>
-        new Response(events(deps, request.signal), {
+        new Response(events(deps, deps.ending ? AbortSignal.any([request.signal, deps.ending]) : request.signal), {
           headers: { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" },
         }),
     },
