@@ -3,6 +3,8 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, open, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { DEFAULT_PART_SETTINGS, splitBlob } from "../src/models/store/parts.ts";
+import { startRegistryFront } from "../test/support/registry-front.ts";
 import { pushModel, startRegistry } from "../test/support/registry.ts";
 import { startServer, type RuntimeName } from "../test/support/server-process.ts";
 import { tinyLlamaGguf } from "../test/support/tiny-gguf.ts";
@@ -11,11 +13,20 @@ import { tinyLlamaGguf } from "../test/support/tiny-gguf.ts";
 // runner (streamed to disk, sha256 checked on the way) versus `curl` downloading the same blob
 // to disk, in alternating rounds of the same run. Also our server's peak RSS (VmHWM).
 //
-//   npm run bench:pull        (BENCH_MIB size, BENCH_ROUNDS rounds, BENCH_RUNTIMES e.g. bun,node)
+// Then over a WAN-like path: a loopback front that caps each connection at BENCH_CAP_MIB MiB/s
+// (40) serves the same blob, pulled in one stream (PULL_PARTS=1), in parallel ranged parts (our
+// default), and by `curl --parallel` fetching the same ranges as many at once. Those ratios are
+// printed last.
+//
+//   npm run bench:pull        (BENCH_MIB size, BENCH_ROUNDS rounds, BENCH_RUNTIMES e.g. bun,node,
+//                              BENCH_CAP_MIB per-connection cap, BENCH_CAPPED_RUNTIME: bun)
 
 const mib = Number(process.env.BENCH_MIB ?? 1024);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
-const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node").split(",") as RuntimeName[];
+// Empty: only the capped comparison.
+const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node").split(",").filter(Boolean) as RuntimeName[];
+const capMiB = Number(process.env.BENCH_CAP_MIB ?? 40);
+const cappedRuntime = (process.env.BENCH_CAPPED_RUNTIME ?? "bun") as RuntimeName;
 
 /** A valid GGUF header (so the store can describe the model) padded with random bytes to `mib` MiB. */
 async function writeBigModel(path: string): Promise<{ path: string; size: number; digest: string }> {
@@ -36,13 +47,21 @@ async function writeBigModel(path: string): Promise<{ path: string; size: number
   return { path, size, digest: `sha256:${hash.digest("hex")}` };
 }
 
-function curl(url: string, output: string): Promise<number> {
+function curl(args: string[], command = "curl", stdout?: (text: string) => void): Promise<number> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const child = spawn("curl", ["-sSf", "-o", output, url], { stdio: ["ignore", "ignore", "inherit"] });
+    // curl's own errors are its exit status; its stderr would carry the parallel progress meter.
+    const child = spawn(command, args, { stdio: ["ignore", stdout ? "pipe" : "ignore", "ignore"] });
+    child.stdout?.on("data", (chunk: Buffer) => stdout?.(chunk.toString()));
     child.on("error", reject);
     child.on("close", (code) => (code === 0 ? resolve((performance.now() - started) / 1000) : reject(new Error(`curl exited ${code}`))));
   });
+}
+
+/** CPU seconds (user + system) the process has used: clock ticks of 1/100 s in /proc. */
+async function cpuSeconds(pid: number): Promise<number> {
+  const fields = (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 async function peakRssMiB(pid: number): Promise<number> {
@@ -50,22 +69,42 @@ async function peakRssMiB(pid: number): Promise<number> {
   return Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? NaN) / 1024;
 }
 
-async function ourPull(runtime: RuntimeName, registryHost: string, dir: string): Promise<{ seconds: number; rssMiB: number }> {
+/** `curl --parallel` fetching the ranges our pull asks for, as many at once, each into a file of its own. */
+async function curlParallel(url: string, size: number, dir: string): Promise<{ seconds: number; cpu: number }> {
+  const parts = splitBlob(size, DEFAULT_PART_SETTINGS) ?? [{ start: 0, end: size }];
+  const args = ["--silent", "--parallel", "--parallel-max", String(DEFAULT_PART_SETTINGS.streams)];
+  parts.forEach((part, i) => args.push(...(i > 0 ? ["--next"] : []), "-sSf", "-r", `${part.start}-${part.end - 1}`, "-o", join(dir, `part${i}`), url));
+  // Through a shell that then reads its children's CPU time (cutime, cstime) from /proc.
+  let procStat = "";
+  const seconds = await curl(["-c", 'curl "$@" && cat /proc/$$/stat', "sh", ...args], "sh", (text) => (procStat += text));
+  const fields = procStat.split(") ")[1]!.split(" ");
+  const cpu = (Number(fields[13]) + Number(fields[14])) / 100;
+  let total = 0;
+  for (let i = 0; i < parts.length; i += 1) {
+    total += (await stat(join(dir, `part${i}`))).size;
+    await rm(join(dir, `part${i}`));
+  }
+  if (total !== size) throw new Error(`curl --parallel downloaded ${total} bytes, not ${size}`);
+  return { seconds, cpu };
+}
+
+async function ourPull(runtime: RuntimeName, registryHost: string, dir: string, env: Record<string, string> = {}): Promise<{ seconds: number; rssMiB: number; cpu: number }> {
   const models = join(dir, `models-${runtime}`);
   await rm(models, { recursive: true, force: true });
   const server = await startServer({
     runtime,
-    env: { SERVICES: "runner", RUNNER_PORT: "0", RUNNER_SOCKET: "none", MODELS_PATH: models, DEFAULT_REGISTRY: registryHost },
+    env: { SERVICES: "runner", RUNNER_PORT: "0", RUNNER_SOCKET: "none", MODELS_PATH: models, DEFAULT_REGISTRY: registryHost, ...env },
     ...(runtime === "deno" ? { runtimeArgs: ["--allow-net", "--allow-env", "--allow-sys=homedir", `--allow-read=${dir},.`, `--allow-write=${dir}`] } : {}),
   });
   try {
     const url = /listening on (http:\/\/[\d.]+:\d+)/.exec(server.output())![1]!;
     const started = performance.now();
+    const cpuBefore = await cpuSeconds(server.pid);
     const response = await fetch(`${url}/models/create`, { method: "POST", body: JSON.stringify({ from: "ai/big" }) });
     const text = await response.text();
     const seconds = (performance.now() - started) / 1000;
     if (!text.includes("Model pulled successfully")) throw new Error(`pull failed: ${text.slice(-500)}`);
-    return { seconds, rssMiB: await peakRssMiB(server.pid) };
+    return { seconds, rssMiB: await peakRssMiB(server.pid), cpu: (await cpuSeconds(server.pid)) - cpuBefore };
   } finally {
     await server.stop(5_000);
     await rm(models, { recursive: true, force: true });
@@ -82,6 +121,65 @@ function sha256GiBPerSecond(): number {
   return 0.5 / ((performance.now() - started) / 1000);
 }
 
+/** Today's comparison: the blob from the registry itself, as fast as loopback goes, vs curl to disk. */
+async function uncapped(blobUrl: string, registryHost: string, size: number, dir: string): Promise<void> {
+  const gib = size / (1 << 30);
+  console.log(`blob: ${(size / (1 << 20)).toFixed(0)} MiB, ${rounds} alternating rounds`);
+  const curlSeconds: number[] = [];
+  const ours = new Map<RuntimeName, { seconds: number[]; rss: number[] }>(runtimes.map((r) => [r, { seconds: [], rss: [] }]));
+  for (let round = 0; round < rounds; round += 1) {
+    const output = join(dir, "curl.blob");
+    curlSeconds.push(await curl(["-sSf", "-o", output, blobUrl]));
+    if ((await stat(output)).size !== size) throw new Error("curl downloaded the wrong size");
+    await rm(output);
+    for (const runtime of runtimes) {
+      const result = await ourPull(runtime, registryHost, dir);
+      ours.get(runtime)!.seconds.push(result.seconds);
+      ours.get(runtime)!.rss.push(result.rssMiB);
+    }
+  }
+  const curlRate = gib / median(curlSeconds);
+  const hashRate = sha256GiBPerSecond();
+  console.log(`curl to disk:        ${curlRate.toFixed(2)} GiB/s (median of ${curlSeconds.map((s) => s.toFixed(2)).join(", ")} s)`);
+  console.log(`sha256 on one core:  ${hashRate.toFixed(2)} GiB/s: the ceiling of a checked pull, ratio ${(hashRate / curlRate).toFixed(2)} at most`);
+  for (const [runtime, figures] of ours) {
+    const rate = gib / median(figures.seconds);
+    console.log(
+      `llamadock on ${runtime.padEnd(5)}: ${rate.toFixed(2)} GiB/s (median of ${figures.seconds.map((s) => s.toFixed(2)).join(", ")} s), ` +
+        `ratio ${(rate / curlRate).toFixed(2)} (target >= 0.9), peak RSS ${Math.max(...figures.rss).toFixed(0)} MiB (target < 150)`,
+    );
+  }
+}
+
+/** The same blob through a front that caps each connection's bandwidth: one stream, our parts, curl's. */
+async function capped(registryUrl: string, digest: string, size: number, dir: string): Promise<void> {
+  const front = await startRegistryFront(registryUrl, { bytesPerSecond: capMiB << 20 });
+  try {
+    const url = `${front.url}/v2/ai/big/blobs/${digest}`;
+    const gib = size / (1 << 30);
+    console.log(`\ncapped at ${capMiB} MiB/s per connection, ${DEFAULT_PART_SETTINGS.streams} streams, ${rounds} alternating rounds, llamadock on ${cappedRuntime}`);
+    const single = await ourPull(cappedRuntime, front.host, dir, { PULL_PARTS: "1" });
+    const curls: { seconds: number; cpu: number }[] = [];
+    const ours: { seconds: number; rssMiB: number; cpu: number }[] = [];
+    for (let round = 0; round < rounds; round += 1) {
+      curls.push(await curlParallel(url, size, dir));
+      ours.push(await ourPull(cappedRuntime, front.host, dir));
+    }
+    const oursRate = gib / median(ours.map((o) => o.seconds));
+    const curlRate = gib / median(curls.map((c) => c.seconds));
+    const singleRate = gib / single.seconds;
+    const perGiB = (o: { cpu: number }) => (o.cpu / gib).toFixed(2);
+    console.log(`one stream:          ${(singleRate * 1024).toFixed(0)} MiB/s (${single.seconds.toFixed(2)} s, peak RSS ${single.rssMiB.toFixed(0)} MiB, ${perGiB(single)} CPU s/GiB)`);
+    console.log(`curl --parallel:     ${(curlRate * 1024).toFixed(0)} MiB/s (median of ${curls.map((c) => c.seconds.toFixed(2)).join(", ")} s; ${curls.map(perGiB).join(", ")} CPU s/GiB)`);
+    console.log(`llamadock parts:     ${(oursRate * 1024).toFixed(0)} MiB/s (median of ${ours.map((o) => o.seconds.toFixed(2)).join(", ")} s; ${ours.map(perGiB).join(", ")} CPU s/GiB)`);
+    console.log(`ratio parts / one stream:      ${(oursRate / singleRate).toFixed(2)} (target >= 4)`);
+    console.log(`ratio parts / curl --parallel: ${(oursRate / curlRate).toFixed(2)} (target >= 0.9)`);
+    console.log(`peak RSS, parts:               ${Math.max(...ours.map((o) => o.rssMiB)).toFixed(0)} MiB (target < 150)`);
+  } finally {
+    await front.stop();
+  }
+}
+
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 async function main() {
@@ -91,33 +189,8 @@ async function main() {
     const blob = await writeBigModel(join(dir, "model.gguf"));
     const pushed = await pushModel(registry, "ai/big", "latest", blob);
     await rm(blob.path);
-    const blobUrl = `${registry.url}/v2/ai/big/blobs/${pushed.ggufDigest}`;
-    const gib = blob.size / (1 << 30);
-    console.log(`blob: ${(blob.size / (1 << 20)).toFixed(0)} MiB, ${rounds} alternating rounds`);
-    const curlSeconds: number[] = [];
-    const ours = new Map<RuntimeName, { seconds: number[]; rss: number[] }>(runtimes.map((r) => [r, { seconds: [], rss: [] }]));
-    for (let round = 0; round < rounds; round += 1) {
-      const output = join(dir, "curl.blob");
-      curlSeconds.push(await curl(blobUrl, output));
-      if ((await stat(output)).size !== blob.size) throw new Error("curl downloaded the wrong size");
-      await rm(output);
-      for (const runtime of runtimes) {
-        const result = await ourPull(runtime, registry.host, dir);
-        ours.get(runtime)!.seconds.push(result.seconds);
-        ours.get(runtime)!.rss.push(result.rssMiB);
-      }
-    }
-    const curlRate = gib / median(curlSeconds);
-    const hashRate = sha256GiBPerSecond();
-    console.log(`curl to disk:        ${curlRate.toFixed(2)} GiB/s (median of ${curlSeconds.map((s) => s.toFixed(2)).join(", ")} s)`);
-    console.log(`sha256 on one core:  ${hashRate.toFixed(2)} GiB/s: the ceiling of a checked pull, ratio ${(hashRate / curlRate).toFixed(2)} at most`);
-    for (const [runtime, figures] of ours) {
-      const rate = gib / median(figures.seconds);
-      console.log(
-        `llamadock on ${runtime.padEnd(5)}: ${rate.toFixed(2)} GiB/s (median of ${figures.seconds.map((s) => s.toFixed(2)).join(", ")} s), ` +
-          `ratio ${(rate / curlRate).toFixed(2)} (target >= 0.9), peak RSS ${Math.max(...figures.rss).toFixed(0)} MiB (target < 150)`,
-      );
-    }
+    if (runtimes.length > 0) await uncapped(`${registry.url}/v2/ai/big/blobs/${pushed.ggufDigest}`, registry.host, blob.size, dir);
+    await capped(registry.url, pushed.ggufDigest, blob.size, dir);
   } finally {
     await registry.stop();
     await rm(dir, { recursive: true, force: true });

@@ -1,7 +1,7 @@
 import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
-import { createModelApi, createModelStore, createPuller } from "./models/index.ts";
+import { createModelApi, createModelStore } from "./models/index.ts";
 import { logRoutes } from "./inference/logs.ts";
 import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
@@ -89,25 +89,23 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const fetch = globalThis.fetch.bind(globalThis);
   // Followed logs and events streams never end by themselves: they end when the server stops.
   const streamsEnd = new AbortController();
-  // Shared with the status page, which shows the pulls in progress.
-  const puller = createPuller(store, { maxConcurrent: config.models.pullMaxConcurrent });
   const models = createModelApi({
-      store,
-      registry: {
-        fetch,
-        insecureHosts: config.models.insecureRegistries,
-        credentials: config.models.registryCredentials,
-        stallTimeoutMs: config.models.pullStallTimeoutMs,
-      },
-      hub: {
-        fetch,
-        endpoint: config.models.hfEndpoint,
-        stallTimeoutMs: config.models.pullStallTimeoutMs,
-        ...(config.models.hfToken ? { token: config.models.hfToken } : {}),
-      },
-      whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
-      maxConcurrentPulls: config.models.pullMaxConcurrent,
-      puller,
+    store,
+    registry: {
+      fetch,
+      insecureHosts: config.models.insecureRegistries,
+      credentials: config.models.registryCredentials,
+      stallTimeoutMs: config.models.pullStallTimeoutMs,
+    },
+    hub: {
+      fetch,
+      endpoint: config.models.hfEndpoint,
+      stallTimeoutMs: config.models.pullStallTimeoutMs,
+      ...(config.models.hfToken ? { token: config.models.hfToken } : {}),
+    },
+    whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
+    maxConcurrentPulls: config.models.pullMaxConcurrent,
+    pullParts: config.models.pullParts,
   });
   const routes: Route[] = [
     ...models.routes,
@@ -122,7 +120,7 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     ...webRoutes({
       runners: () => inference.scheduler.runners(),
       models: () => store.list(),
-      pulls: () => puller.active(),
+      pulls: () => models.pulls(),
       runDir: config.inference.runtimeDir,
       notBrowser: runningText,
       ending: streamsEnd.signal,

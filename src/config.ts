@@ -84,6 +84,10 @@ const Settings = z.object({
   // send nothing before a pull fails.
   PULL_MAX_CONCURRENT: z.coerce.number().int().min(1).default(2),
   PULL_STALL_TIMEOUT_MS: z.coerce.number().int().positive().default(30_000),
+  // A large blob comes in ranged parts, this many requests at once (1: one stream per blob); a
+  // part is never smaller than PULL_PART_MIN_BYTES, so smaller blobs come in one stream.
+  PULL_PARTS: z.coerce.number().int().min(1).max(64).default(8),
+  PULL_PART_MIN_BYTES: z.coerce.number().int().min(1 << 16).default(16 << 20),
   // Inference: llama-server runners and how requests are scheduled on them.
   INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
   INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
@@ -162,6 +166,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       hfToken: s.HF_TOKEN,
       pullMaxConcurrent: s.PULL_MAX_CONCURRENT,
       pullStallTimeoutMs: s.PULL_STALL_TIMEOUT_MS,
+      pullParts: { streams: s.PULL_PARTS, minBytes: s.PULL_PART_MIN_BYTES },
     },
     pod: { pinnedModels: s.PINNED_MODELS, allowUnpinned: s.ALLOW_UNPINNED_MODELS },
     inference: {

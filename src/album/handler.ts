@@ -1,7 +1,7 @@
 import { badRequest } from "../http/errors.ts";
 import { routeTable } from "../http/router.ts";
 import type { FetchHandler } from "../runtime/types.ts";
-import { Int64Param } from "./int64.ts";
+import { int64Param } from "./int64.ts";
 import { fetchAlbumPhotos, UpstreamStatus, type Photo, type PhotoServiceDeps } from "./photos.ts";
 
 export type AlbumDeps = PhotoServiceDeps;
@@ -14,11 +14,11 @@ export function createAlbumHandler(deps: AlbumDeps): FetchHandler {
       // Optional so that an empty id reaches us and gets a 400 rather than a 404.
       path: "/api/albums/:albumId?",
       async handle(request) {
-        const albumId = Int64Param.safeParse(request.params.albumId ?? "");
-        if (!albumId.success) throw badRequest("invalid_album_id", "albumId must be a 64-bit integer");
+        const albumId = int64Param(String(request.params.albumId ?? ""));
+        if (albumId === undefined) throw badRequest("invalid_album_id", "albumId must be a 64-bit integer");
         try {
-          const photos = await fetchAlbumPhotos(deps, albumId.data, request.signal);
-          return new Response(albumJson(albumId.data, photos), {
+          const photos = await fetchAlbumPhotos(deps, albumId, request.signal);
+          return new Response(albumJson(albumId, photos), {
             headers: { "content-type": "application/json" },
           });
         } catch (error) {

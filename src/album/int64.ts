@@ -14,12 +14,26 @@ export const inInt64Range = (value: bigint) => value >= MIN && value <= MAX;
 const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON;
 
 /** A path parameter: optional sign and digits, within range; gives the canonical decimal form. */
-export const Int64Param = z
+const Int64Text = z
   .string()
   .regex(/^[+-]?\d{1,25}$/, "must be a 64-bit integer")
   .transform((text) => BigInt(text))
   .refine(inInt64Range, "must be within the signed 64-bit range")
   .transform((value) => value.toString());
+
+/** Up to 18 digits, no leading zero, no plus, no "-0": canonical and within range already. */
+const CANONICAL_SHORT = /^(?:0|-?[1-9]\d{0,17})$/;
+
+/**
+ * The album id of a path, as canonical decimal text, or undefined when it is not a signed 64-bit
+ * integer. Nearly every id is short and canonical, and is taken as it is; the rest go through the
+ * schema (sign, leading zeros, range), which costs a BigInt and several checks per request.
+ */
+export function int64Param(text: string): string | undefined {
+  if (CANONICAL_SHORT.test(text)) return text;
+  const parsed = Int64Text.safeParse(text);
+  return parsed.success ? parsed.data : undefined;
+}
 
 /** An id read by `parseJsonWithExactIds`; its output goes through JSON.stringify exactly. */
 export const Int64Json = z.union([

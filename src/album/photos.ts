@@ -1,3 +1,4 @@
+import { Ajv } from "ajv";
 import * as z from "zod";
 import { HttpError } from "../http/errors.ts";
 import { deadline, type Clock } from "./deadline.ts";
@@ -15,20 +16,33 @@ export type PhotoServiceDeps = {
   clock: Clock;
 };
 
-const photosWithIds = <Id extends z.ZodType>(id: Id) =>
-  z.array(
-    z.object({
-      id,
-      title: z.string().nullable(),
-      url: z.string().nullable(),
-      thumbnailUrl: z.string().nullable(),
-    }),
-  );
-// Two schemas for one contract: ids that JSON.parse read exactly need only z.int(), which is
-// cheaper than the union that also takes bigints (seen in CPU profiles under bench:album).
-const PhotosWithSafeIds = photosWithIds(z.int());
-const PhotosWithBigIds = photosWithIds(Int64Json);
+const PhotosWithBigIds = z.array(
+  z.object({
+    id: Int64Json,
+    title: z.string().nullable(),
+    url: z.string().nullable(),
+    thumbnailUrl: z.string().nullable(),
+  }),
+);
 export type Photo = z.infer<typeof PhotosWithBigIds>[number];
+
+// The same contract as a JSON Schema, compiled once by Ajv into plain checks: for the common case,
+// ids that JSON.parse read exactly (numbers), it costs a fraction of the zod parse, which was a
+// third of our CPU per album under bench:album. Ids past 2^53 (bigints, not JSON values) go
+// through zod, which also writes them back exactly.
+const nullableString = { type: ["string", "null"] };
+const validSafePhotos = new Ajv().compile<SafePhoto[]>({
+  type: "array",
+  items: {
+    type: "object",
+    properties: { id: { type: "integer" }, title: nullableString, url: nullableString, thumbnailUrl: nullableString },
+    required: ["id", "title", "url", "thumbnailUrl"],
+  },
+});
+type SafePhoto = { id: number; title: string | null; url: string | null; thumbnailUrl: string | null };
+
+/** The contract's fields only, in its order (unknown fields are dropped). */
+const contractFields = (photos: SafePhoto[]): Photo[] => photos.map(({ id, title, url, thumbnailUrl }) => ({ id, title, url, thumbnailUrl }));
 
 /** An upstream error status, passed on to our caller as is, with an empty body. */
 export class UpstreamStatus extends Error {
@@ -82,12 +96,16 @@ function parsePhotos(text: string): Photo[] {
   } catch {
     throw gatewayError(502, "upstream_bad_body", "photo service answered with a body that is not JSON");
   }
-  const photos = (body.bigIds ? PhotosWithBigIds : PhotosWithSafeIds).safeParse(body.value);
-  if (!photos.success) {
-    throw gatewayError(502, "upstream_bad_body", "photo service answered with something other than a JSON array of photos");
+  if (!body.bigIds) {
+    if (validSafePhotos(body.value)) return contractFields(body.value);
+    throw notPhotos();
   }
+  const photos = PhotosWithBigIds.safeParse(body.value);
+  if (!photos.success) throw notPhotos();
   return photos.data;
 }
+
+const notPhotos = () => gatewayError(502, "upstream_bad_body", "photo service answered with something other than a JSON array of photos");
 
 function describe(error: unknown): string {
   const cause = (error as { cause?: { code?: string; message?: string } })?.cause;

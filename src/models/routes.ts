@@ -1,3 +1,4 @@
+import type { PartSettings } from "./store/parts.ts";
 import type { IRequest } from "itty-router";
 import * as z from "zod";
 import { readJson } from "../http/body.ts";
@@ -8,7 +9,7 @@ import { referenceParam, resolveOr404 } from "./lookup.ts";
 import { planHubPull } from "./huggingface/plan.ts";
 import type { HubOptions } from "./huggingface/hub.ts";
 import type { PullEvent } from "./pull/plan.ts";
-import { createPuller, type Puller, type PullJob } from "./pull/puller.ts";
+import { createPuller, type PullJob, type PullStatus } from "./pull/puller.ts";
 import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
 import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
@@ -25,8 +26,8 @@ export type ModelRoutesDeps = {
   whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
   /** Pulls that may run at once; the others wait their turn (default 2). */
   maxConcurrentPulls?: number;
-  /** The puller to use, when others must see its pulls in progress (the status page); default: a new one. */
-  puller?: Puller;
+  /** How large blobs are split into parallel ranged parts (default: 8 streams, parts of 16 MiB at least). */
+  pullParts?: PartSettings;
 };
 
 const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string().min(1).optional() });
@@ -81,6 +82,8 @@ export type ModelApi = {
   pull(from: string, signal: AbortSignal, token?: string): Promise<PullJob>;
   /** Deletes a tag, or the model when named by id or by its last tag (409 for an id with several tags unless `force`). */
   remove(reference: string, force: boolean): Promise<Removed>;
+  /** The pulls running or waiting their turn now (the status page shows them). */
+  pulls(): PullStatus[];
 };
 
 type Removed = { untagged: string[]; deleted: string | undefined };
@@ -89,7 +92,7 @@ export const modelRoutes = (deps: ModelRoutesDeps): Route[] => createModelApi(de
 
 export function createModelApi(deps: ModelRoutesDeps): ModelApi {
   const { store } = deps;
-  const puller = deps.puller ?? createPuller(store, { maxConcurrent: deps.maxConcurrentPulls });
+  const puller = createPuller(store, { maxConcurrent: deps.maxConcurrentPulls, parts: deps.pullParts });
 
   function pull(from: string, signal: AbortSignal, token?: string): Promise<PullJob> {
     const reference = parseReference(from, store.referenceOptions);
@@ -147,5 +150,5 @@ export function createModelApi(deps: ModelRoutesDeps): ModelApi {
     { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
     { method: "DELETE", path: "/models/:reference+", handle: remove },
   ];
-  return { routes, pull, remove: removeModel };
+  return { routes, pull, remove: removeModel, pulls: () => puller.active() };
 }

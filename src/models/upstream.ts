@@ -104,6 +104,34 @@ export function stallGuarded(body: ReadableStream<Uint8Array>, t: Transfer): Rea
   );
 }
 
+/** Whether two URLs share scheme, host and port (credentials go only where they came from). */
+export const sameOrigin = (a: string, b: string) => new URL(a).origin === new URL(b).origin;
+
+/**
+ * Sends blob requests where the first answer led: registries and the Hub often redirect a blob
+ * GET to a CDN, and the ranged requests for its other parts go straight there instead of being
+ * redirected each time. `viaOrigin` sends a request to the registry (which may redirect);
+ * `direct` sends one to the URL it led to. A URL that stops working (a signed URL that expired:
+ * 401 or 403) is forgotten, and the origin asked again.
+ */
+export function followOnce(
+  viaOrigin: (headers: Record<string, string>, t: Transfer) => Promise<Response>,
+  direct: (url: string, headers: Record<string, string>, t: Transfer) => Promise<Response>,
+): (headers: Record<string, string>, t: Transfer) => Promise<Response> {
+  let location: string | undefined;
+  return async (headers, t) => {
+    if (location) {
+      const response = await direct(location, headers, t);
+      if (response.status !== 401 && response.status !== 403) return response;
+      await response.body?.cancel().catch(() => {});
+      location = undefined;
+    }
+    const response = await viaOrigin(headers, t);
+    if (response.redirected && response.ok) location = response.url;
+    return response;
+  };
+}
+
 /**
  * The whole body of an answer, at most `limit` bytes: a declared length over it is refused before
  * reading, an undeclared one as soon as it crosses it, and a stall fails it. `limitText` names the

@@ -189,8 +189,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    */
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
-    const memory = await deps.memory?.();
-    const weights = memory ? await (deps.modelBytes ?? modelBytes)(model) : 0;
+    // Read only when a launch is considered: a request for a loaded runner pays no stat.
+    let budget: { memory: Awaited<ReturnType<NonNullable<SchedulerDeps["memory"]>>>; weights: number } | undefined;
     for (;;) {
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
       const settings = await deps.settings.get(model.id);
@@ -199,6 +199,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (deleting.has(model.id)) throw modelNotFound(modelName(model));
       const existing = active.get(key);
       if (existing) return use(existing);
+      if (!budget) {
+        const memory = await deps.memory?.();
+        budget = { memory, weights: memory ? await (deps.modelBytes ?? modelBytes)(model) : 0 };
+        continue; // what was read above may have changed meanwhile: decide afresh
+      }
+      const { memory, weights } = budget;
       const views = [...active.values(), ...leaving].map((r) => ({
         // Unique per runner: a replaced runner still draining shares its (model, mode) key.
         key: r.options.spec.name,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import * as z from "zod";
 import { Int64Json, parseJsonWithExactIds } from "../../src/album/int64.ts";
+import { int64Param } from "../../src/album/int64.ts";
 
 // Reading ids exactly: the fast path (plain JSON.parse) must never accept what the exact path
 // would read differently.
@@ -39,5 +40,27 @@ describe("parseJsonWithExactIds + Int64Json", () => {
     '[{"id":null}]',
   ])("rejects %s", (text) => {
     expect(idsOf(text)).toBe("rejected");
+  });
+});
+
+describe("int64Param", () => {
+  it.each([
+    ["1", "1"],
+    ["0", "0"],
+    ["-42", "-42"],
+    ["123456789012345678", "123456789012345678"],
+    ["+5", "5"],
+    ["007", "7"],
+    ["-0", "0"],
+    ["9223372036854775807", "9223372036854775807"],
+    ["-9223372036854775808", "-9223372036854775808"],
+    ["9223372036854775808", undefined],
+    ["-9223372036854775809", undefined],
+    ["", undefined],
+    ["1.5", undefined],
+    ["abc", undefined],
+    ["--1", undefined],
+  ])("%j -> %j", (text, expected) => {
+    expect(int64Param(text)).toBe(expected);
   });
 });

@@ -11,6 +11,7 @@ describe("model management settings", () => {
       hfEndpoint: "https://huggingface.co",
       pullMaxConcurrent: 2,
       pullStallTimeoutMs: 30_000,
+      pullParts: { streams: 8, minBytes: 16 << 20 },
     });
     expect(models.path).toMatch(/models$/);
     expect(models.hfToken).toBeUndefined();
@@ -27,6 +28,8 @@ describe("model management settings", () => {
         HF_TOKEN: "hf_x",
         PULL_MAX_CONCURRENT: "1",
         PULL_STALL_TIMEOUT_MS: "300",
+        PULL_PARTS: "1",
+        PULL_PART_MIN_BYTES: "1048576",
       },
       [],
     );
@@ -39,6 +42,7 @@ describe("model management settings", () => {
       hfToken: "hf_x",
       pullMaxConcurrent: 1,
       pullStallTimeoutMs: 300,
+      pullParts: { streams: 1, minBytes: 1 << 20 },
     });
   });
 
@@ -48,6 +52,8 @@ describe("model management settings", () => {
     { HF_ENDPOINT: "ftp://x" },
     { PULL_MAX_CONCURRENT: "0" },
     { PULL_STALL_TIMEOUT_MS: "soon" },
+    { PULL_PARTS: "0" },
+    { PULL_PART_MIN_BYTES: "1k" },
   ])("rejects %j", (env) => {
     expect(() => loadConfig(env, [])).toThrow(ConfigError);
   });

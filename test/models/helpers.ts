@@ -22,6 +22,8 @@ export type ApiOptions = {
   /** How long a registry or the Hub may send nothing (the default, 30 s, is too long for tests). */
   stallTimeoutMs?: number;
   freeSpace?: StoreOptions["freeSpace"];
+  /** How large blobs are split into ranged parts (default: the server's). */
+  pullParts?: Parameters<typeof modelRoutes>[0]["pullParts"];
   /** The store's folder (default: a new temporary one, removed by `dispose`). */
   root?: string;
 };
@@ -41,6 +43,7 @@ export async function modelApi(options: ApiOptions = {}): Promise<ModelApi> {
     hub: { fetch, endpoint: options.hfEndpoint ?? "http://127.0.0.1:9", ...(options.hfToken ? { token: options.hfToken } : {}), ...stall },
     ...(options.whileDeleting ? { whileDeleting: options.whileDeleting } : {}),
     ...(options.maxConcurrentPulls ? { maxConcurrentPulls: options.maxConcurrentPulls } : {}),
+    ...(options.pullParts ? { pullParts: options.pullParts } : {}),
   });
   const handler = routeTable(routes, { prefixes: ["", "/exp/vDD4.40"] });
   const dispose = async () => {

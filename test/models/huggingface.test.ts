@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { stat } from "node:fs/promises";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { pickWeights } from "../../src/models/huggingface/plan.ts";
@@ -67,6 +68,29 @@ describe("Hugging Face pulls", () => {
     await api.dispose();
     api = await modelApi({ hfEndpoint: hub.url });
     expect((await pull(api.handler, { from: "hf.co/TestOrg/Tiny-GGUF" })).status).toBe(401);
+  });
+});
+
+describe("a large Hub file", () => {
+  it("comes in ranged parts from the CDN the Hub redirects to, without the token", async () => {
+    const head = tinyLlamaGguf({ seed: 6 });
+    const big = new Uint8Array(6 << 20);
+    big.set(head);
+    big.set(randomBytes(big.byteLength - head.byteLength), head.byteLength);
+    const cdnHub = await startFakeHub({ "TestOrg/Big-GGUF": { "big-Q4_K_M.gguf": big } }, { token: "hf_test_token", cdn: true });
+    try {
+      api = await modelApi({ hfEndpoint: cdnHub.url, hfToken: "hf_test_token", pullParts: { streams: 4, minBytes: 256 << 10 } });
+      expect((await pull(api.handler, { from: "hf.co/TestOrg/Big-GGUF" })).lines.at(-1)).toMatchObject({ type: "success" });
+      const gets = cdnHub.requests.filter((r) => r.includes("big-Q4_K_M.gguf"));
+      // The first part through the Hub (with the token), redirected; the 15 others to the CDN straight.
+      expect(gets.filter((r) => r.startsWith("GET /TestOrg/"))).toEqual([expect.stringMatching(/ bytes=0-\d+$/)]);
+      expect(gets.filter((r) => r.startsWith("GET /cdn/"))).toHaveLength(16);
+      expect(cdnHub.withToken.filter((r) => r.includes("big-Q4_K_M.gguf"))).toEqual(gets.filter((r) => r.startsWith("GET /TestOrg/")));
+      const stored = await api.store.resolve("hf.co/testorg/big-gguf");
+      expect(stored!.ggufPath.endsWith(sha256(big).slice(7))).toBe(true);
+    } finally {
+      await cdnHub.stop();
+    }
   });
 });
 

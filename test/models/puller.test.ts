@@ -25,8 +25,9 @@ function stalledPlan(key: string): PullPlan {
       {
         digest: `sha256:${"b".repeat(64)}`,
         size: 10,
-        source: async (_offset, signal) => ({
+        source: async (_range, signal) => ({
           start: 0,
+          ranged: false,
           body: new ReadableStream({
             start(controller) {
               if (signal.aborted) controller.error(signal.reason);

@@ -15,9 +15,10 @@ afterEach(async () => {
 });
 
 const digestOf = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
-const source = (bytes: Uint8Array): BlobSource => async (offset) => ({
-  body: new Blob([bytes.subarray(offset) as Uint8Array<ArrayBuffer>]).stream() as ReadableStream<Uint8Array>,
-  start: offset,
+const source = (bytes: Uint8Array): BlobSource => async (range) => ({
+  body: new Blob([bytes.subarray(range.start, range.end) as Uint8Array<ArrayBuffer>]).stream() as ReadableStream<Uint8Array>,
+  start: range.start,
+  ranged: range.start > 0 || range.end !== undefined,
 });
 
 async function addModel(store: ModelStore, tag: string, weights: Uint8Array) {
@@ -86,9 +87,9 @@ describe("the model store", () => {
     await store.downloadBlob({
       digest,
       size: bytes.byteLength,
-      source: async (offset, signal) => {
-        offsets.push(offset);
-        return source(bytes)(offset, signal);
+      source: async (range, signal) => {
+        offsets.push(range.start);
+        return source(bytes)(range, signal);
       },
       signal: new AbortController().signal,
     });

@@ -4,11 +4,19 @@ import type { AddressInfo } from "node:net";
 
 // A loopback stand-in for the Hugging Face Hub: the file list API
 // (`/api/models/<repo>/tree/main`, with LFS sha256s) and downloads (`/<repo>/resolve/main/<file>`,
-// with Range), optionally behind a token. Repository ids match case-insensitively, as on the Hub.
+// with Range), optionally behind a token, and optionally redirected (302) to a CDN path here that
+// needs no token, as the Hub does. Repository ids match case-insensitively, as on the Hub.
 
 export type HubRepo = Record<string, Uint8Array>;
 
-export type FakeHub = { url: string; requests: string[]; stop(): Promise<void> };
+export type FakeHub = {
+  url: string;
+  /** `METHOD path range?` of every request. */
+  requests: string[];
+  /** Those of them that carried an Authorization header. */
+  withToken: string[];
+  stop(): Promise<void>;
+};
 
 function treeOf(files: HubRepo) {
   return Object.entries(files).map(([path, data]) => ({
@@ -21,30 +29,40 @@ function treeOf(files: HubRepo) {
 }
 
 function sendFile(response: ServerResponse, data: Uint8Array, range: string | undefined) {
-  const start = Number(/^bytes=(\d+)-$/.exec(range ?? "")?.[1] ?? 0);
-  if (start > 0) {
-    response.writeHead(206, { "content-range": `bytes ${start}-${data.byteLength - 1}/${data.byteLength}`, "content-length": data.byteLength - start });
-    response.end(data.subarray(start));
+  const [, from, to] = /^bytes=(\d+)-(\d*)$/.exec(range ?? "") ?? [];
+  if (from !== undefined) {
+    const start = Number(from);
+    const end = to ? Math.min(Number(to) + 1, data.byteLength) : data.byteLength;
+    response.writeHead(206, { "content-range": `bytes ${start}-${end - 1}/${data.byteLength}`, "content-length": end - start });
+    response.end(data.subarray(start, end));
     return;
   }
   response.writeHead(200, { "content-length": data.byteLength }).end(data);
 }
 
-export async function startFakeHub(repos: Record<string, HubRepo>, options: { token?: string } = {}): Promise<FakeHub> {
+export async function startFakeHub(repos: Record<string, HubRepo>, options: { token?: string; cdn?: boolean } = {}): Promise<FakeHub> {
   const byId = new Map(Object.entries(repos).map(([id, files]) => [id.toLowerCase(), files]));
   const requests: string[] = [];
+  const withToken: string[] = [];
+  let port = 0;
   const server = createServer((request, response) => {
     const path = decodeURIComponent(new URL(request.url ?? "/", "http://hub").pathname);
-    requests.push(`${request.method} ${path}${request.headers.range ? ` ${request.headers.range}` : ""}`);
-    if (options.token && request.headers.authorization !== `Bearer ${options.token}`) {
+    const line = `${request.method} ${path}${request.headers.range ? ` ${request.headers.range}` : ""}`;
+    requests.push(line);
+    if (request.headers.authorization) withToken.push(line);
+    const cdn = /^\/cdn(\/.+)$/.exec(path)?.[1];
+    if (!cdn && options.token && request.headers.authorization !== `Bearer ${options.token}`) {
       response.writeHead(401, { "content-type": "application/json" }).end('{"error":"Invalid credentials"}');
       return;
     }
     const tree = /^\/api\/models\/([^/]+\/[^/]+)\/tree\/main$/.exec(path);
-    const file = /^\/([^/]+\/[^/]+)\/resolve\/main\/(.+)$/.exec(path);
+    const file = /^\/([^/]+\/[^/]+)\/resolve\/main\/(.+)$/.exec(cdn ?? path);
     const repo = byId.get((tree?.[1] ?? file?.[1] ?? "").toLowerCase());
     if (repo && tree) {
       response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(treeOf(repo)));
+    } else if (repo && file && repo[file[2]!] && options.cdn && !cdn) {
+      // Another origin (`localhost`, not `127.0.0.1`), as the Hub's CDN is.
+      response.writeHead(302, { location: `http://localhost:${port}/cdn${request.url}` }).end();
     } else if (repo && file && repo[file[2]!]) {
       sendFile(response, repo[file[2]!]!, request.headers.range);
     } else {
@@ -52,9 +70,11 @@ export async function startFakeHub(repos: Record<string, HubRepo>, options: { to
     }
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  port = (server.address() as AddressInfo).port;
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url: `http://127.0.0.1:${port}`,
     requests,
+    withToken,
     stop: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

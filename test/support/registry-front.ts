@@ -4,8 +4,9 @@ import type { AddressInfo } from "node:net";
 
 // A loopback HTTP front for the real registry, standing in for what tests cannot get from
 // docker-registry alone: a token service (the `WWW-Authenticate: Bearer realm=…` flow, as Docker
-// Hub does), a connection cut in the middle of a blob, and a blob whose bytes are corrupted.
-// Everything else is forwarded to the registry as is.
+// Hub does), a connection cut in the middle of a blob, a blob whose bytes are corrupted, a CDN
+// that blob GETs are redirected to, a server that ignores Range, and a bandwidth cap on each
+// connection (a WAN path). Everything else is forwarded to the registry as is.
 
 export type FrontOptions = {
   /** Require a bearer token from our `/token` realm; with credentials, the realm asks for them. */
@@ -16,6 +17,12 @@ export type FrontOptions = {
   stallBlobsAfter?: number;
   /** Flip a byte in every GET of this blob. */
   corruptBlob?: string;
+  /** Answer blob GETs with a 307 to `/cdn/<same path>` here, which serves them (as a CDN would). */
+  redirectBlobs?: boolean;
+  /** Drop the Range header, so that every blob GET gets the whole blob (200). */
+  ignoreRange?: boolean;
+  /** Send at most this many bytes per second on each connection. */
+  bytesPerSecond?: number;
 };
 
 export type Front = {
@@ -27,6 +34,10 @@ export type Front = {
   abandoned: string[];
   /** Tokens the realm handed out. */
   tokens: string[];
+  /** Body bytes of GETs of this blob sent so far (to clients still connected). */
+  blobBytes(digest: string): number;
+  /** Blob GETs being answered now, and the most there were at once. */
+  blobGets(): { now: number; peak: number };
   stop(): Promise<void>;
 };
 
@@ -59,20 +70,47 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
   const tokens: string[] = [...(options.token?.accepted ?? [])];
   const cut = new Set<string>();
   let url = "";
+  const blobBytes = new Map<string, number>();
+  const gets = { now: 0, peak: 0 };
+  // When each connection may send its next byte, for the bandwidth cap.
+  const nextSend = new WeakMap<object, number>();
+
+  /** Pauses `answer` for as long as `bytes` take on this connection at the cap. */
+  function throttle(answer: IncomingMessage, response: ServerResponse, bytes: number) {
+    if (!options.bytesPerSecond) return;
+    const now = performance.now();
+    const at = Math.max(now, nextSend.get(response.socket!) ?? now) + (bytes / options.bytesPerSecond) * 1000;
+    nextSend.set(response.socket!, at);
+    if (at - now < 1) return;
+    answer.pause();
+    setTimeout(() => answer.resume(), at - now);
+  }
 
   function forward(request: IncomingMessage, response: ServerResponse) {
-    const path = request.url ?? "/";
-    requests.push(`${request.method} ${path}${request.headers.range ? ` ${request.headers.range}` : ""}`);
+    const asked = request.url ?? "/";
+    requests.push(`${request.method} ${asked}${request.headers.range ? ` ${request.headers.range}` : ""}`);
+    const path = asked.startsWith("/cdn/") ? asked.slice("/cdn".length) : asked;
     const headers = { ...request.headers, host: upstream.host };
     delete headers.authorization;
+    if (options.ignoreRange) delete headers.range;
     const blob = /\/blobs\/(sha256:[0-9a-f]{64})$/.exec(path)?.[1];
     const proxied = httpRequest({ host: upstream.hostname, port: upstream.port, method: request.method, path, headers }, (answer) => {
       response.writeHead(answer.statusCode ?? 502, answer.headers);
       const cutAfter = blob && request.method === "GET" && options.cutBlobsAfter !== undefined && !cut.has(blob) ? options.cutBlobsAfter : undefined;
       if (blob && cutAfter !== undefined) cut.add(blob);
       let sent = 0;
+      const counted = blob !== undefined && request.method === "GET";
+      if (counted) gets.peak = Math.max(gets.peak, ++gets.now);
+      // Over once its last byte is sent (before the client can ask again), or once the client has gone.
+      let open = counted;
+      const over = () => {
+        if (open) gets.now -= 1;
+        open = false;
+      };
       response.on("close", () => {
+        over();
         if (blob && !response.writableFinished) abandoned.push(blob);
+        answer.destroy();
       });
       answer.on("data", (chunk: Buffer) => {
         if (blob && options.stallBlobsAfter !== undefined && sent + chunk.length >= options.stallBlobsAfter) {
@@ -94,9 +132,15 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
           return;
         }
         sent += data.length;
+        if (response.destroyed) return;
+        if (counted) blobBytes.set(blob, (blobBytes.get(blob) ?? 0) + data.length);
         response.write(data);
+        throttle(answer, response, data.length);
       });
-      answer.on("end", () => response.end());
+      answer.on("end", () => {
+        over();
+        response.end();
+      });
     });
     proxied.on("error", () => response.socket?.destroy());
     request.pipe(proxied);
@@ -105,9 +149,14 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
   const server = createServer((request, response) => {
     const path = request.url ?? "/";
     if (path.startsWith("/token")) return tokenRealm(request, response, options, tokens);
-    if (options.token) {
+    if (options.token && !path.startsWith("/cdn/")) {
       const given = /^Bearer (.+)$/.exec(request.headers.authorization ?? "")?.[1];
       if (!given || !tokens.includes(given)) return challenge(response, url, path);
+    }
+    if (options.redirectBlobs && request.method === "GET" && /^\/v2\/.+\/blobs\/sha256:[0-9a-f]{64}$/.test(path)) {
+      requests.push(`GET ${path}${request.headers.range ? ` ${request.headers.range}` : ""}`);
+      response.writeHead(307, { location: `${url}/cdn${path}` }).end();
+      return;
     }
     forward(request, response);
   });
@@ -120,6 +169,8 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
     requests,
     abandoned,
     tokens,
+    blobBytes: (digest) => blobBytes.get(digest) ?? 0,
+    blobGets: () => ({ ...gets }),
     stop: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

@@ -1,12 +1,14 @@
 import * as z from "zod";
 import { upstreamFailure } from "../errors.ts";
-import { resumedAt, type BlobSource } from "../store/blobs.ts";
+import { rangeAnswer, rangeHeader, type BlobSource } from "../store/source.ts";
 import {
   DEFAULT_STALL_MS,
   DOCUMENT_LIMIT,
   DOCUMENT_LIMIT_TEXT,
   fetchWithin,
+  followOnce,
   readBounded,
+  sameOrigin,
   stallGuarded,
   statusError,
   upstream,
@@ -86,11 +88,22 @@ export async function listFiles(options: HubOptions, repository: string, signal:
 
 export function fileSource(options: HubOptions, repository: string, file: HubFile): BlobSource {
   const url = `${options.endpoint}/${encodePath(repository)}/resolve/main/${encodePath(file.path)}`;
-  return async (offset, signal) => {
-    const range: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
+  const reach = (to: string, init: RequestInit, t: Transfer) =>
+    upstream(t.signal, "cannot reach the Hugging Face Hub", () => fetchWithin(options.fetch, to, init, t));
+  // The Hub redirects downloads to its CDN: parts go straight there, without the token (kept
+  // for a redirect within the Hub's own origin, as fetch itself does).
+  const open = followOnce(
+    (range, t) => reach(url, { headers: headers(options, range) }, t),
+    (location, range, t) => reach(location, { headers: sameOrigin(location, url) ? headers(options, range) : range }, t),
+  );
+  return async (range, signal) => {
     const t = transfer(options, file.path, signal);
-    const response = await send(options, url, { headers: headers(options, range) }, t, file.path);
+    const response = await open(rangeHeader(range), t);
+    if (!response.ok) {
+      await response.body?.cancel();
+      throw statusError(response.status, file.path, HUB);
+    }
     if (!response.body) throw upstreamFailure(`the Hugging Face Hub sent no body for ${file.path}`);
-    return { body: stallGuarded(response.body, t), start: resumedAt(response, offset) };
+    return { body: stallGuarded(response.body, t), ...rangeAnswer(response, range) };
   };
 }

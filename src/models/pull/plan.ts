@@ -1,4 +1,4 @@
-import type { BlobSource } from "../store/blobs.ts";
+import type { BlobSource } from "../store/source.ts";
 import type { IndexEntry } from "../store/model-index.ts";
 
 // What a pull must do, found before any progress is streamed (so that a bad reference, a refused

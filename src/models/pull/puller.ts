@@ -3,6 +3,7 @@ import { clientGone } from "../../http/errors.ts";
 import { insufficientStorage } from "../errors.ts";
 import { formatSize } from "../gguf.ts";
 import { CorruptBlobError } from "../store/blobs.ts";
+import { DEFAULT_PART_SETTINGS, type PartSettings } from "../store/parts.ts";
 import type { ModelStore } from "../store/store.ts";
 import type { PullEvent, PullPlan } from "./plan.ts";
 import { progressReporter } from "./progress.ts";
@@ -35,7 +36,11 @@ type Job = PullJob & {
 /** A pull in progress as the status page and the events stream show it: each layer's bytes so far. */
 export type PullStatus = { model: string; layers: { id: string; size: number; current: number }[] };
 
-export type PullerOptions = { maxConcurrent?: number };
+export type PullerOptions = {
+  maxConcurrent?: number | undefined;
+  /** How large blobs are split into parallel ranged parts. */
+  parts?: PartSettings | undefined;
+};
 
 /** Refuses (507, before streaming) a pull whose missing bytes the store's filesystem cannot hold. */
 async function checkRoom(store: ModelStore, plan: PullPlan): Promise<void> {
@@ -46,7 +51,7 @@ async function checkRoom(store: ModelStore, plan: PullPlan): Promise<void> {
   throw insufficientStorage(`not enough free space to pull ${plan.key}: it needs ${formatSize(needed)} more, the model store has ${formatSize(free)} free`);
 }
 
-async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal: AbortSignal): Promise<void> {
+async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal: AbortSignal, parts: PartSettings): Promise<void> {
   if (await store.resolve(plan.id)) {
     await store.addTag(plan.id, plan.key);
     emit({ type: "success", message: `Using cached model: ${plan.key}`, mode: "pull" });
@@ -61,7 +66,7 @@ async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal
     await Promise.all(
       plan.layers.map((layer) =>
         store
-          .downloadBlob({ digest: layer.digest, size: layer.size, source: layer.source, signal: layerSignal, onProgress: (bytes) => report(layer, bytes) })
+          .downloadBlob({ digest: layer.digest, size: layer.size, source: layer.source, signal: layerSignal, parts, onProgress: (bytes) => report(layer, bytes) })
           .then(() => report(layer, layer.size, true))
           .catch((error: unknown) => {
             failed.abort(error);
@@ -123,7 +128,7 @@ export function createPuller(store: ModelStore, options: PullerOptions = {}): Pu
         const plan = await planner(controller.signal);
         await checkRoom(store, plan);
         planned();
-        await runPlan(store, plan, emit, controller.signal);
+        await runPlan(store, plan, emit, controller.signal, options.parts ?? DEFAULT_PART_SETTINGS);
       } finally {
         release();
       }

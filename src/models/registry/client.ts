@@ -1,7 +1,7 @@
 import * as z from "zod";
 import { unsupportedArtifact, upstreamFailure } from "../errors.ts";
 import { DOCKER_HUB, type ModelReference } from "../reference.ts";
-import { resumedAt, type BlobSource } from "../store/blobs.ts";
+import { rangeAnswer, rangeHeader, type BlobSource } from "../store/source.ts";
 import { digestOf } from "../store/manifests.ts";
 import { authorize, parseChallenge, type Credentials } from "./auth.ts";
 import {
@@ -9,7 +9,9 @@ import {
   DOCUMENT_LIMIT,
   DOCUMENT_LIMIT_TEXT,
   fetchWithin,
+  followOnce,
   readBounded,
+  sameOrigin,
   stallGuarded,
   statusError,
   upstream,
@@ -142,14 +144,20 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
       return bytes;
     },
     blobSource(descriptor) {
-      return async (offset, signal) => {
+      // Straight to where the registry redirected (a CDN): the registry's credentials go there only
+      // within its own origin, as fetch itself does.
+      const direct = (url: string, headers: Record<string, string>, t: Transfer) => {
+        const own: Record<string, string> = authorization && sameOrigin(url, base) ? { authorization } : {};
+        return upstream(t.signal, `cannot reach ${new URL(url).host}`, () => fetchWithin(options.fetch, url, { headers: { ...headers, ...own } }, t));
+      };
+      const open = followOnce((headers, t) => send(`/blobs/${descriptor.digest}`, headers, t), direct);
+      return async (range, signal) => {
         const t = transfer(`blob ${descriptor.digest}`, signal);
-        const range: Record<string, string> = offset > 0 ? { range: `bytes=${offset}-` } : {};
-        const response = await send(`/blobs/${descriptor.digest}`, range, t);
+        const response = await open(rangeHeader(range), t);
         await checkStatus(response, t.what);
         if (!response.body) throw upstreamFailure(`the registry sent no body for ${descriptor.digest}`);
-        // The store bounds the length (the descriptor's size); the guard bounds the silence.
-        return { body: stallGuarded(response.body, t), start: resumedAt(response, offset) };
+        // The store bounds the length (the descriptor's size or the range); the guard bounds the silence.
+        return { body: stallGuarded(response.body, t), ...rangeAnswer(response, range) };
       };
     },
   };

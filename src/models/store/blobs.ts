@@ -3,14 +3,19 @@ import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
 import { backgroundHash, type BackgroundHash } from "./background-hash.ts";
 import type { Layout } from "./layout.ts";
 import { digestOf } from "./manifests.ts";
+import { missingBytes, readProgress, splitBlob, withPrefix, writeProgress, writtenPrefix, type Part, type PartSettings } from "./parts.ts";
 import { pipelinedWriter } from "./pipelined-writer.ts";
+import { downloadParts, RangeIgnored } from "./ranged-download.ts";
+import { CorruptBlobError, DigestMismatchError, type BlobSource } from "./source.ts";
 
 // Content-addressed blobs. A download goes to `<hex>.incomplete`, hashed on the way; only a file
-// whose sha256 (and size) match is renamed to `<hex>`. An interrupted download keeps its
-// `.incomplete` bytes, and the next attempt asks the source for the rest (an HTTP Range request).
+// whose sha256 (and size) match is renamed to `<hex>`. A large blob comes in ranged parts, several
+// at once, into a file of its full length, with each part's progress in `<hex>.parts` (see
+// parts.ts); a smaller one, or one from a server that ignores Range, in one stream appended to
+// the file. Either way an interrupted download keeps its bytes, and the next attempt asks the
+// source only for what is missing (HTTP Range requests).
 
-/** Opens the blob's bytes from `offset`; `start` says where the body really begins (0 if the source ignored the offset). */
-export type BlobSource = (offset: number, signal: AbortSignal) => Promise<{ body: ReadableStream<Uint8Array>; start: number }>;
+export { CorruptBlobError, DigestMismatchError, rangeAnswer, type BlobSource, type ByteRange } from "./source.ts";
 
 export type BlobDownload = {
   digest: string;
@@ -19,27 +24,9 @@ export type BlobDownload = {
   signal: AbortSignal;
   /** Called with the bytes on disk so far (resumed bytes included). */
   onProgress?: (bytes: number) => void;
+  /** How a large blob is split into parallel ranged parts; absent: one stream. */
+  parts?: PartSettings;
 };
-
-/**
- * Where a response to `Range: bytes=<offset>-` really starts: `offset` for a 206 whose
- * Content-Range says so, 0 for a full 200 answer. Any other 206 cannot be appended safely.
- */
-export function resumedAt(response: Response, offset: number): number {
-  if (response.status !== 206) return 0;
-  const start = /^bytes (\d+)-/.exec(response.headers.get("content-range") ?? "")?.[1];
-  if (Number(start) !== offset) throw new Error(`the server answered a range request from ${offset} with ${response.headers.get("content-range")}`);
-  return offset;
-}
-
-/** Bytes that cannot be the blob: resuming after them would only fail again, so they are dropped. */
-export class CorruptBlobError extends Error {}
-
-export class DigestMismatchError extends CorruptBlobError {
-  constructor(expected: string, actual: string) {
-    super(`downloaded content does not match its digest: expected ${expected}, got ${actual}`);
-  }
-}
 
 export async function hasBlob(layout: Layout, digest: string): Promise<boolean> {
   try {
@@ -50,8 +37,18 @@ export async function hasBlob(layout: Layout, digest: string): Promise<boolean> 
   }
 }
 
-/** Bytes of the blob already downloaded by an earlier, interrupted pull. */
-export const partialSize = (layout: Layout, digest: string) => sizeOf(layout.incompleteBlob(digest));
+const exists = (path: string) => stat(path).then(() => true, (error: unknown) => (isMissing(error) ? false : Promise.reject(error)));
+
+/** Bytes of a blob of `size` still to download: all of them, less what an interrupted pull left. */
+export async function bytesToDownload(layout: Layout, digest: string, size: number): Promise<number> {
+  if (await hasBlob(layout, digest)) return 0;
+  const saved = await readProgress(layout.blobProgress(digest), size);
+  if (saved) return missingBytes(saved);
+  if (await exists(layout.blobProgress(digest))) return size;
+  const partial = await sizeOf(layout.incompleteBlob(digest));
+  // A partial file longer than the blob is not resumed from: the download starts over.
+  return partial <= size ? size - partial : size;
+}
 
 async function sizeOf(path: string): Promise<number> {
   try {
@@ -109,15 +106,19 @@ async function openAt(path: string, start: number): Promise<FileHandle> {
   return open(path, "a");
 }
 
-/** Downloads into `<hex>.incomplete`, verifies, renames. Returns at once when the blob is present. */
-async function download(layout: Layout, download: BlobDownload): Promise<void> {
+/** Removes what an interrupted download left. */
+async function discard(layout: Layout, digest: string): Promise<void> {
+  await removeIfPresent(layout.incompleteBlob(digest));
+  await removeIfPresent(layout.blobProgress(digest));
+}
+
+/** One stream into `<hex>.incomplete`, appended after what it holds, verified, renamed. */
+async function downloadStream(layout: Layout, download: BlobDownload): Promise<void> {
   const { digest, signal } = download;
-  if (await hasBlob(layout, digest)) return;
-  await mkdir(layout.blobsDir, { recursive: true });
   const partial = layout.incompleteBlob(digest);
   let offset = await sizeOf(partial);
   if (download.size !== undefined && offset > download.size) offset = 0;
-  const { body, start } = await download.source(offset, signal);
+  const { body, start } = await download.source({ start: offset }, signal);
   const hash = backgroundHash();
   let bytes: number;
   let actual: string;
@@ -143,6 +144,74 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
     throw new DigestMismatchError(digest, actual);
   }
   await rename(partial, layout.blob(digest));
+}
+
+/** The parts to fetch, resumed from a record or from a one-stream partial file; undefined: one stream. */
+async function partsToFetch(layout: Layout, download: BlobDownload): Promise<Part[] | undefined> {
+  const { digest, size } = download;
+  const fresh = size !== undefined && download.parts ? splitBlob(size, download.parts) : undefined;
+  if (!fresh || size === undefined) return undefined;
+  const saved = await readProgress(layout.blobProgress(digest), size);
+  if (saved) return saved;
+  // A record that cannot be read leaves a file with holes in unknown places: start over.
+  if (await exists(layout.blobProgress(digest))) await discard(layout, digest);
+  const prefix = await sizeOf(layout.incompleteBlob(digest));
+  return withPrefix(fresh, prefix <= size ? prefix : 0);
+}
+
+/** A file left by a parted download is cut to its written prefix, which one stream can resume. */
+async function toPrefix(layout: Layout, download: BlobDownload): Promise<void> {
+  const progress = layout.blobProgress(download.digest);
+  if (!(await exists(progress))) return;
+  const saved = download.size !== undefined ? await readProgress(progress, download.size) : undefined;
+  if (!saved) return discard(layout, download.digest);
+  await truncate(layout.incompleteBlob(download.digest), writtenPrefix(saved)).catch((error: unknown) => {
+    if (!isMissing(error)) throw error;
+  });
+  await removeIfPresent(progress);
+}
+
+async function downloadRanged(layout: Layout, download: BlobDownload & { size: number; parts: PartSettings }, parts: Part[]): Promise<void> {
+  const { digest, size } = download;
+  const path = layout.incompleteBlob(digest);
+  const progressPath = layout.blobProgress(digest);
+  // The record first, then the file's full length: a crash between leaves a record that is true of the shorter file.
+  await writeProgress(progressPath, size, parts);
+  await (await open(path, "a")).close();
+  await truncate(path, size);
+  let actual: string;
+  try {
+    actual = await downloadParts({ path, progressPath, size, parts, source: download.source, streams: download.parts.streams, signal: download.signal, ...(download.onProgress ? { onProgress: download.onProgress } : {}) });
+  } catch (error) {
+    if (error instanceof CorruptBlobError) await discard(layout, digest);
+    throw error;
+  }
+  if (actual !== digest) {
+    await discard(layout, digest);
+    throw new DigestMismatchError(digest, actual);
+  }
+  await removeIfPresent(progressPath);
+  await rename(path, layout.blob(digest));
+}
+
+/** Downloads, verifies, renames. Returns at once when the blob is present. */
+async function download(layout: Layout, download: BlobDownload): Promise<void> {
+  if (await hasBlob(layout, download.digest)) return;
+  await mkdir(layout.blobsDir, { recursive: true });
+  const parts = await partsToFetch(layout, download);
+  if (parts) {
+    try {
+      return await downloadRanged(layout, download as BlobDownload & { size: number; parts: PartSettings }, parts);
+    } catch (error) {
+      if (!(error instanceof RangeIgnored)) throw error;
+      // The whole blob is coming from its first byte: it is read as one stream, over what was there.
+      await discard(layout, download.digest);
+      const body = error.body;
+      return downloadStream(layout, { ...download, source: async () => ({ body, start: 0, ranged: false }) });
+    }
+  }
+  await toPrefix(layout, download);
+  return downloadStream(layout, download);
 }
 
 // Two pulls that share a layer must not write the same `.incomplete` file at once.

@@ -2,7 +2,8 @@ import { join } from "node:path";
 import { isDigest } from "../reference.ts";
 
 // Where each on-disk concept lives under the store's root (the layout Docker Model Runner uses):
-//   blobs/sha256/<hex>              content-addressed files (`.incomplete` while downloading)
+//   blobs/sha256/<hex>              content-addressed files (`.incomplete` while downloading,
+//                                   with `.parts`, its parts' progress, when it comes in parts)
 //   manifests/sha256/<hex>          raw manifests, by their own digest
 //   models.json                     the index: models, their tags and configs
 // A digest is validated before it becomes part of a path, so nothing can name a file outside.
@@ -14,6 +15,7 @@ export type Layout = {
   indexFile: string;
   blob(digest: string): string;
   incompleteBlob(digest: string): string;
+  blobProgress(digest: string): string;
   manifest(digest: string): string;
 };
 
@@ -32,6 +34,7 @@ export function layout(root: string): Layout {
     indexFile: join(root, "models.json"),
     blob: (digest) => join(blobsDir, hexOf(digest)),
     incompleteBlob: (digest) => join(blobsDir, `${hexOf(digest)}.incomplete`),
+    blobProgress: (digest) => join(blobsDir, `${hexOf(digest)}.parts`),
     manifest: (digest) => join(manifestsDir, hexOf(digest)),
   };
 }

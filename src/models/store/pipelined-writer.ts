@@ -15,12 +15,17 @@ export type PipelinedWriter = {
   add(chunk: Uint8Array): Promise<void>;
   /** Writes what is left and fsyncs: the file is then durable. */
   finish(): Promise<void>;
+  /** Writes what is left, without an fsync (one part of a file that is made durable as a whole). */
+  drain(): Promise<void>;
   /** After a failure: writes what arrived, waits for writes in flight (errors ignored). */
   settle(): Promise<void>;
 };
 
-/** `written` receives each batch once it is in the file, in file order; the writer waits for it. */
-export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[]) => Promise<void>): PipelinedWriter {
+/**
+ * `written` receives each batch once it is in the file, in file order; the writer waits for it.
+ * Writes go at the file's position, or from `position` on when given (one part of a larger file).
+ */
+export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[]) => Promise<void> | void, position?: number): PipelinedWriter {
   let inFlight: Promise<unknown> = Promise.resolve();
   let flushing: Promise<unknown> = Promise.resolve();
   let batch: Uint8Array[] = [];
@@ -35,8 +40,10 @@ export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[])
     const parts = batch;
     batch = [];
     sinceFlush += batched;
+    const at = position;
+    if (position !== undefined) position += batched;
     batched = 0;
-    inFlight = inFlight.then(() => file.writev(parts)).then(() => written(parts));
+    inFlight = inFlight.then(() => file.writev(parts, at)).then(() => written(parts));
     inFlight.catch(() => {}); // awaited by the next call; this only silences the interim
     if (sinceFlush >= FLUSH_BYTES) {
       sinceFlush = 0;
@@ -61,6 +68,10 @@ export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[])
       await inFlight;
       await flushing;
       await file.sync();
+    },
+    async drain() {
+      startWrite();
+      await inFlight;
     },
     async settle() {
       startWrite();

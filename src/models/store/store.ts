@@ -1,5 +1,5 @@
 import { bareName, idPrefix, parseReference, type ReferenceOptions } from "../reference.ts";
-import { downloadBlob, hasBlob, partialSize, putBlob, type BlobDownload } from "./blobs.ts";
+import { bytesToDownload, downloadBlob, hasBlob, putBlob, type BlobDownload } from "./blobs.ts";
 import { freeSpace, removeIfPresent } from "./files.ts";
 import { layout as layoutOf, type Layout } from "./layout.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
@@ -39,7 +39,7 @@ export type ModelStore = {
   list(): Promise<StoredModel[]>;
   hasBlob(digest: string): Promise<boolean>;
   downloadBlob(download: BlobDownload): Promise<void>;
-  /** Bytes still to download for these blobs: absent ones, less what their partial files hold. */
+  /** Bytes still to download for these blobs: absent ones, less what their partial files hold (parts included). */
   bytesMissing(blobs: { digest: string; size: number }[]): Promise<number>;
   /** Free bytes where the store writes, undefined when that cannot be known. */
   freeSpace(): Promise<number | undefined>;
@@ -110,12 +110,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     downloadBlob: (download) => downloadBlob(layout, download),
     async bytesMissing(blobs) {
       let missing = 0;
-      for (const { digest, size } of new Map(blobs.map((b) => [b.digest, b])).values()) {
-        if (await hasBlob(layout, digest)) continue;
-        const partial = await partialSize(layout, digest);
-        // A partial file longer than the blob is not resumed from: the download starts over.
-        missing += partial <= size ? size - partial : size;
-      }
+      for (const { digest, size } of new Map(blobs.map((b) => [b.digest, b])).values()) missing += await bytesToDownload(layout, digest, size);
       return missing;
     },
     freeSpace: () => (options.freeSpace ?? freeSpace)(layout.blobsDir),

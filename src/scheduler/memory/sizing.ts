@@ -6,7 +6,7 @@ import type { ModelSettings } from "../settings.ts";
 import type { ModelRef } from "../types.ts";
 
 // The context a launch gets and what it will cost: the configured context, else the model's own
-// capped to what fits beside the runners loaded (at least the floor). Pure: the scheduler hands it
+// for each slot, capped to what fits beside the runners loaded (at least the floor for each slot). Pure: the scheduler hands it
 // the state it reads in the same synchronous step as it acts.
 
 export type MemoryLimits = {
@@ -46,10 +46,14 @@ export function sizeLaunch(
     return check(model, { contextSize: settings.contextSize, estimate, where }, limits, undefined);
   }
   const run = { slots, flags };
-  const ceiling = configured ?? shape.trainedContext ?? limits.minContext;
+  // Unconfigured, each slot gets the model's trained context, as llama-server itself sizes it
+  // (--ctx-size is shared by the slots): the ceiling is that for every slot, the floor the minimum
+  // for every slot.
+  const perSlot = shape.trainedContext ?? limits.minContext;
+  const ceiling = configured ?? perSlot * slots;
   let contextSize = configured;
   if (contextSize === undefined) {
-    const floor = Math.min(limits.minContext, ceiling);
+    const floor = Math.min(limits.minContext, perSlot) * slots;
     const beside = largestFittingContext(shape, weights, run, limits.budget.bytes - others, ceiling);
     contextSize = Math.max(floor, beside ?? 0);
   }
