@@ -2,6 +2,8 @@ import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
 import { createModelApi, createModelStore } from "./models/index.ts";
+import { logRoutes } from "./inference/logs.ts";
+import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
@@ -58,8 +60,9 @@ export function buildServices(config: Config, runtime: Runtime): Service[] {
 }
 
 /** What Docker Model Runner's clients ask to see that a runner is there, and which. */
+const runningText = () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } });
 const aboutRoutes: Route[] = [
-  { method: "GET", path: "/", handle: () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } }) },
+  { method: "GET", path: "/", handle: runningText },
   { method: "GET", path: "/version", handle: () => Response.json({ version: VERSION }) },
 ];
 
@@ -84,6 +87,8 @@ function modelRunner(config: Config, runtime: Runtime): Service {
   const drain = createDrain();
   const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
   const fetch = globalThis.fetch.bind(globalThis);
+  // Followed logs and events streams never end by themselves: they end when the server stops.
+  const streamsEnd = new AbortController();
   const models = createModelApi({
     store,
     registry: {
@@ -110,6 +115,16 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     ...rerankRoutes(inference.deps),
     ...ollamaRoutes({ inference: inference.deps, store, models, settings: inference.settings, version: OLLAMA_API_VERSION }),
     ...inference.routes,
+    ...logRoutes({ store, logDir: config.inference.logDir, ending: streamsEnd.signal }),
+    // Before aboutRoutes: `/` is the page for browsers, and DMR's text for everyone else.
+    ...webRoutes({
+      runners: () => inference.scheduler.runners(),
+      models: () => store.list(),
+      pulls: () => models.pulls(),
+      runDir: config.inference.runtimeDir,
+      notBrowser: runningText,
+      ending: streamsEnd.signal,
+    }),
     ...aboutRoutes,
     ...healthRoutes({
       draining: () => drain.draining,
@@ -129,7 +144,10 @@ function modelRunner(config: Config, runtime: Runtime): Service {
     handler: drain.wrap(routed, [...HEALTH_PATHS, "/metrics"]),
     targets,
     policy: config.security,
-    drain: (graceMs) => drain.drain(graceMs, idle),
+    drain: (graceMs) => {
+      streamsEnd.abort();
+      return drain.drain(graceMs, idle);
+    },
     stop: async () => {
       pinned.stop();
       await inference.stop();

@@ -5,3 +5,4 @@ export { createModelApi, modelRoutes, publicModel, type ModelApi, type ModelRout
 export { parseReference, type ModelReference } from "./reference.ts";
 export type { RegistryOptions } from "./registry/client.ts";
 export type { HubOptions } from "./huggingface/hub.ts";
+export type { PullStatus } from "./pull/puller.ts";

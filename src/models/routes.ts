@@ -9,7 +9,7 @@ import { referenceParam, resolveOr404 } from "./lookup.ts";
 import { planHubPull } from "./huggingface/plan.ts";
 import type { HubOptions } from "./huggingface/hub.ts";
 import type { PullEvent } from "./pull/plan.ts";
-import { createPuller, type PullJob } from "./pull/puller.ts";
+import { createPuller, type PullJob, type PullStatus } from "./pull/puller.ts";
 import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
 import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
@@ -82,6 +82,8 @@ export type ModelApi = {
   pull(from: string, signal: AbortSignal, token?: string): Promise<PullJob>;
   /** Deletes a tag, or the model when named by id or by its last tag (409 for an id with several tags unless `force`). */
   remove(reference: string, force: boolean): Promise<Removed>;
+  /** The pulls running or waiting their turn now (the status page shows them). */
+  pulls(): PullStatus[];
 };
 
 type Removed = { untagged: string[]; deleted: string | undefined };
@@ -148,5 +150,5 @@ export function createModelApi(deps: ModelRoutesDeps): ModelApi {
     { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
     { method: "DELETE", path: "/models/:reference+", handle: remove },
   ];
-  return { routes, pull, remove: removeModel };
+  return { routes, pull, remove: removeModel, pulls: () => puller.active() };
 }

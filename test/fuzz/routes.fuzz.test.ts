@@ -5,6 +5,8 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildServices, UNIX_SOCKET_PREFIX, type Service } from "../../src/app.ts";
+import { logRoutes } from "../../src/inference/logs.ts";
+import { webRoutes } from "../../src/web/routes.ts";
 import { loadConfig } from "../../src/config.ts";
 import { engineRoutes } from "../../src/inference/engines.ts";
 import { createMetrics } from "../../src/inference/metrics.ts";
@@ -124,6 +126,8 @@ function runnerRouteTable(): Route[] {
     ...responsesRoutes({ metrics } as unknown as Parameters<typeof responsesRoutes>[0], createResponseStore({ maxEntries: 1, maxAgeMs: 1 })),
     ...rerankRoutes({ metrics } as unknown as Parameters<typeof rerankRoutes>[0]),
     ...ollamaRoutes({} as Parameters<typeof ollamaRoutes>[0]),
+    ...logRoutes({} as Parameters<typeof logRoutes>[0]),
+    ...webRoutes({} as Parameters<typeof webRoutes>[0]),
     // app.ts's own routes (its table is not exported).
     { method: "GET", path: "/", handle: inert },
     { method: "GET", path: "/version", handle: inert },
@@ -378,6 +382,8 @@ async function answer(service: Service, c: Case): Promise<{ response: Response; 
     return await Promise.race([
       (async () => {
         const response = await service.handler(request(c));
+        // An events stream never ends: its first event is its whole answer here.
+        if (response.headers.get("content-type") === "text/event-stream") return { response, text: await firstEvent(response) };
         return { response, text: await response.text() };
       })(),
       late,
@@ -385,6 +391,18 @@ async function answer(service: Service, c: Case): Promise<{ response: Response; 
   } finally {
     clearTimeout(timer);
   }
+}
+
+async function firstEvent(response: Response): Promise<string> {
+  const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  while (!/^event: .*\n(data: .*\n)+\n/m.test(text)) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += value;
+  }
+  await reader.cancel();
+  return text;
 }
 
 /** An error status with an empty body is the album service's contract for an upstream error status. */

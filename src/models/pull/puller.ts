@@ -27,9 +27,14 @@ export type PullJob = {
 export type Planner = (signal: AbortSignal) => Promise<PullPlan>;
 
 type Job = PullJob & {
+  /** What the job has done so far, for the pulls in progress. */
+  status(): PullStatus;
   /** Waits until the job is planned; a caller whose signal aborts first stops waiting (rejects). */
   wait(signal?: AbortSignal): Promise<void>;
 };
+
+/** A pull in progress as the status page and the events stream show it: each layer's bytes so far. */
+export type PullStatus = { model: string; layers: { id: string; size: number; current: number }[] };
 
 export type PullerOptions = {
   maxConcurrent?: number | undefined;
@@ -89,6 +94,8 @@ export type Puller = {
    * rejects, and a pull that nobody waits for or listens to any more is cancelled.
    */
   start(key: string, plan: Planner, signal?: AbortSignal): Promise<PullJob>;
+  /** The pulls running or waiting their turn now. */
+  active(): PullStatus[];
 };
 
 export function createPuller(store: ModelStore, options: PullerOptions = {}): Puller {
@@ -107,8 +114,10 @@ export function createPuller(store: ModelStore, options: PullerOptions = {}): Pu
     };
     // The last event is replayed to a listener that joins after the end.
     let final: PullEvent | undefined;
+    const layers = new Map<string, { id: string; size: number; current: number }>();
     const emit: Listener = (event) => {
       if (event.type === "success" || event.type === "error") final = event;
+      if (event.layer) layers.set(event.layer.id, { ...event.layer });
       for (const listener of listeners) listener(event);
     };
     let planned = () => {};
@@ -135,6 +144,7 @@ export function createPuller(store: ModelStore, options: PullerOptions = {}): Pu
     });
     const settled = Promise.race([ready, work.then(() => {})]);
     const job: Job = {
+      status: () => ({ model: key, layers: [...layers.values()] }),
       async wait(signal) {
         waiting += 1;
         try {
@@ -160,6 +170,7 @@ export function createPuller(store: ModelStore, options: PullerOptions = {}): Pu
   }
 
   return {
+    active: () => [...jobs.values()].map((job) => job.status()),
     async start(key, planner, signal) {
       const job = jobs.get(key) ?? createJob(key, planner);
       jobs.set(key, job);

@@ -1,0 +1,145 @@
+import type { Command } from "commander";
+import { CliError, failure, lines, modelPath, type Client } from "./client.ts";
+import { ago, formatBytes, shortId, splitTag, table } from "./format.ts";
+import { barsView, linesView, type ProgressView } from "./progress.ts";
+
+// The model commands: pull, ls, rm, tag, inspect, df; each one call (or a few) to /models.
+
+type Model = { id: string; tags: string[]; created: number; config: { parameters?: string; quantization?: string; size?: string } };
+type PullEvent = { type: string; message: string; layer?: { id: string; size: number; current: number } };
+
+export type ClientFor = (command: Command) => Client;
+
+const print = (text: string) => process.stdout.write(`${text}\n`);
+
+/** Pulls `model`, drawing progress; Ctrl-C cancels (the server keeps the bytes for the next pull). */
+export async function pull(client: Client, model: string, view: ProgressView): Promise<string> {
+  const controller = new AbortController();
+  // Leaving closes the connection: the server then stops the pull (its last listener went) and
+  // keeps what it downloaded for the next one.
+  const interrupted = () => {
+    controller.abort();
+    view.stop();
+    process.stderr.write(`llamadock: pull of ${model} cancelled: run \`llamadock pull ${model}\` again to resume it\n`);
+    process.exit(130);
+  };
+  process.once("SIGINT", interrupted);
+  try {
+    const response = await client.raw("POST", "/models/create", { from: model }, controller.signal);
+    if (!response.ok || !response.body) throw await failure(response, model);
+    let outcome: PullEvent | undefined;
+    for await (const line of lines(response.body)) {
+      if (!line.trim()) continue;
+      const event = JSON.parse(line) as PullEvent;
+      if (event.layer) view.layer(event.layer);
+      if (event.type === "success" || event.type === "error") outcome = event;
+    }
+    view.stop();
+    if (outcome?.type === "success") return outcome.message;
+    throw new CliError(`pull of ${model} failed: ${outcome?.message ?? "the server ended the stream early"}`);
+  } catch (error) {
+    view.stop();
+    throw error;
+  } finally {
+    process.off("SIGINT", interrupted);
+  }
+}
+
+export function modelCommands(program: Command, clientFor: ClientFor): void {
+  program
+    .command("pull")
+    .description("download a model from a registry or Hugging Face (hf.co/...)")
+    .argument("<model>", "e.g. ai/smollm2 or hf.co/owner/repo:Q4_K_M")
+    .action(async (model: string, _options, command: Command) => {
+      const view = process.stdout.isTTY ? barsView(process.stdout) : linesView(print);
+      print(await pull(clientFor(command), model, view));
+    });
+
+  program
+    .command("ls")
+    .alias("list")
+    .description("list the models in the store")
+    .option("--json", "the API's JSON records")
+    .option("-q, --quiet", "ids only")
+    .action(async (options: { json?: boolean; quiet?: boolean }, command: Command) => {
+      const models = await clientFor(command).json<Model[]>("GET", "/models");
+      if (options.json) print(JSON.stringify(models, null, 2));
+      else if (options.quiet) models.forEach((m) => print(shortId(m.id)));
+      else print(lsTable(models, Date.now()));
+    });
+
+  program
+    .command("rm")
+    .alias("remove")
+    .description("delete models (a tag, or a model and all its tags with --force)")
+    .argument("<models...>")
+    .option("-f, --force", "delete a model named by id even if it has several tags")
+    .action(async (models: string[], options: { force?: boolean }, command: Command) => {
+      const client = clientFor(command);
+      let failed = false;
+      for (const model of models) {
+        try {
+          const done = await client.json<Record<string, string>[]>("DELETE", `/models/${modelPath(model)}${options.force ? "?force=true" : ""}`, undefined, model);
+          for (const entry of done) for (const [what, name] of Object.entries(entry)) print(`${what}: ${name}`);
+        } catch (error) {
+          if (!(error instanceof CliError)) throw error;
+          process.stderr.write(`${error.message}\n`);
+          failed = true;
+        }
+      }
+      if (failed) process.exitCode = 1;
+    });
+
+  program
+    .command("tag")
+    .description("give a model another name")
+    .argument("<source>")
+    .argument("<target>", "repository[:tag]")
+    .action(async (source: string, target: string, _options, command: Command) => {
+      const { repo, tag } = splitTag(target);
+      const query = new URLSearchParams({ repo, ...(tag ? { tag } : {}) });
+      await clientFor(command).json("POST", `/models/${modelPath(source)}/tag?${query}`, undefined, source);
+      print(`Model ${source} tagged as ${repo}:${tag ?? "latest"}`);
+    });
+
+  program
+    .command("inspect")
+    .description("show a model's record as JSON")
+    .argument("<model>")
+    .action(async (model: string, _options, command: Command) => {
+      print(JSON.stringify(await clientFor(command).json("GET", `/models/${modelPath(model)}`, undefined, model), null, 2));
+    });
+
+  program
+    .command("df")
+    .description("disk space used by the model store")
+    .action(async (_options, command: Command) => {
+      const response = await clientFor(command).raw("GET", "/engines/df");
+      if (response.status === 404) throw new CliError("this model runner has no /engines/df (it needs a newer llamadock)");
+      if (!response.ok) throw await failure(response);
+      print(dfTable((await response.json()) as Record<string, unknown>));
+    });
+}
+
+export function lsTable(models: Model[], now: number): string {
+  const rows = models.flatMap((m) =>
+    (m.tags.length ? m.tags : ["<none>"]).map((name) => [
+      name,
+      shortId(m.id),
+      m.config.parameters ?? "",
+      m.config.quantization ?? "",
+      m.config.size ?? "",
+      ago(m.created * 1000, now),
+    ]),
+  );
+  return table(["MODEL NAME", "ID", "PARAMETERS", "QUANTIZATION", "SIZE", "CREATED"], rows);
+}
+
+/** Docker Model Runner's df fields by name; any other numeric field as it comes. */
+function dfTable(body: Record<string, unknown>): string {
+  const names: Record<string, string> = { models_disk_usage: "Models", default_backend_disk_usage: "Inference engine" };
+  const rows = Object.entries(body)
+    .filter(([, value]) => typeof value === "number")
+    .map(([key, value]) => [names[key] ?? key, formatBytes(value as number)]);
+  return table(["TYPE", "SIZE"], rows);
+}
