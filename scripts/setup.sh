@@ -36,12 +36,14 @@ if [ -z "${LLAMA_SERVER_PATH:-}" ] && ! command -v llama-server >/dev/null 2>&1;
 fi
 
 # --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry);
-# the security tests open pages in a real browser (Debian's chromium, headless); the deploy tests
-# render the Kubernetes manifests with kubectl.
+# the security tests open pages in a real browser (Debian's chromium, headless); the command's
+# tests drive it in tmux; the deploy tests render the Kubernetes manifests with kubectl.
 if [ "${1:-}" = "--test" ]; then
   wanted=""
   [ -x /usr/bin/docker-registry ] || wanted="$wanted docker-registry"
   command -v chromium >/dev/null 2>&1 || wanted="$wanted chromium"
+  # The command's interactive chat is driven in a terminal multiplexer (send-keys, capture-pane).
+  command -v tmux >/dev/null 2>&1 || wanted="$wanted tmux"
   # The Kubernetes manifests are rendered with kubectl's Kustomize (components need Kustomize v4+,
   # so Debian's old kubernetes-client will not do): installed when apt offers a `kubectl` package.
   if ! command -v kubectl >/dev/null 2>&1; then
