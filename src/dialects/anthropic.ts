@@ -2,6 +2,7 @@ import { HttpError } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { counted, infer, type InferenceDeps } from "../inference/routes.ts";
 import type { Endpoint } from "../inference/requests.ts";
+import { upstreamError } from "./upstream-error.ts";
 
 // Anthropic's Messages API (what Claude Code and the Anthropic SDKs speak). llama-server serves it
 // natively, so this is a route table plus forwarding, byte for byte, SSE events included; only
@@ -35,15 +36,8 @@ const errorEvent = (error: HttpError) => new TextEncoder().encode(`event: error\
 /** An error answer from llama-server (OpenAI's shape) in Anthropic's; any other answer as it is. */
 async function inDialect(response: Response): Promise<Response> {
   if (response.status < 400 || !response.headers.get("content-type")?.startsWith("application/json")) return response;
-  const text = await response.text();
-  let message = text;
-  try {
-    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
-  } catch {
-    // not JSON after all: its text is the message
-  }
-  const retryAfter = response.headers.get("retry-after");
-  return errorResponse(response.status, message, retryAfter ? { "retry-after": retryAfter } : {});
+  const { status, message, headers } = await upstreamError(response);
+  return errorResponse(status, message, headers);
 }
 
 /**

@@ -13,6 +13,7 @@ import type { SettingsStore } from "../../scheduler/settings.ts";
 import { pullLines, psEntries, showAnswer, tagEntries, type Sized } from "./models.ts";
 import { ndjson, ollamaError, toNdjson } from "./stream.ts";
 import * as translate from "./translate.ts";
+import { upstreamError } from "../upstream-error.ts";
 
 // Ollama's /api, for the clients that speak it (Open WebUI, editors, ollama-js, ollama-python):
 // the model API on our store and puller, inference translated onto llama-server's OpenAI endpoints
@@ -247,13 +248,6 @@ function inOllamaShape(handle: (request: Request) => Promise<Response>) {
 }
 
 async function errorFromUpstream(response: Response): Promise<Response> {
-  const text = await response.text();
-  let message = text;
-  try {
-    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
-  } catch {
-    // not JSON: its text is the message
-  }
-  const retryAfter = response.headers.get("retry-after");
-  return ollamaError(response.status, message, retryAfter ? { "retry-after": retryAfter } : {});
+  const { status, message, headers } = await upstreamError(response);
+  return ollamaError(status, message, headers);
 }
