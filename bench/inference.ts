@@ -1,3 +1,4 @@
+import { existsSync, readFileSync } from "node:fs";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { buildLlamaServerArgs } from "../sidecar/args.ts";
@@ -58,8 +59,16 @@ const median = (values: number[]) => {
 };
 const ms = (value: number) => `${value.toFixed(2)} ms`;
 
-type Side = { name: string; socket: string; path: string };
-type Totals = { requests: number; seconds: number; latencies: number[] };
+/** `pid`: the proxy's process, whose CPU time per request is printed (steadier than req/s here). */
+type Side = { name: string; socket: string; path: string; pid?: number };
+type Totals = { requests: number; seconds: number; latencies: number[]; cpuMicros: number };
+
+/** User + system CPU time of a process so far, in microseconds (Linux; 0 elsewhere). */
+function cpuMicros(pid: number | undefined): number {
+  if (pid === undefined || !existsSync(`/proc/${pid}/stat`)) return 0;
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100; // clock ticks of 10 ms
+}
 
 async function runnerSocket(mode = "completion"): Promise<string> {
   const files = await readdir(join(stack.dir, "run"));
@@ -105,8 +114,8 @@ async function overhead() {
   });
   const sides: Side[] = [
     { name: "direct", socket: runner, path: "/v1/completions" },
-    { name: "bare", socket: bareSocket, path: "/v1/completions" },
-    { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions` },
+    { name: "bare", socket: bareSocket, path: "/v1/completions", pid: bare.child.pid },
+    { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions`, pid: stack.server.child.pid },
   ];
   try {
     await measureOverhead(sides);
@@ -127,8 +136,8 @@ async function embeddings() {
     await measureOverhead(
       [
         { name: "direct", socket: runner, path: "/v1/embeddings" },
-        { name: "bare", socket: bareSocket, path: "/v1/embeddings" },
-        { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/embeddings` },
+        { name: "bare", socket: bareSocket, path: "/v1/embeddings", pid: bare.child.pid },
+        { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/embeddings`, pid: stack.server.child.pid },
       ],
       EMBEDDINGS,
     );
@@ -139,11 +148,13 @@ async function embeddings() {
 
 async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
   for (const side of sides) await burst(side, 50, load); // warm them all
-  const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [] }]));
+  const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [], cpuMicros: 0 }]));
   for (let round = 0; round < rounds; round++) {
     for (const side of round % 2 ? [...sides].reverse() : sides) {
+      const cpuBefore = cpuMicros(side.pid);
       const { seconds, latencies } = await burst(side, requestsPerRound, load);
       const total = totals.get(side.name)!;
+      total.cpuMicros += cpuMicros(side.pid) - cpuBefore;
       total.requests += requestsPerRound;
       total.seconds += seconds;
       total.latencies.push(...latencies);
@@ -155,7 +166,8 @@ async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
   for (const [name, t] of [["direct", direct], ["bare proxy", bare], ["ours", ours]] as const) {
     const sorted = [...t.latencies].sort((a, b) => a - b);
     const p99 = sorted[Math.floor(sorted.length * 0.99)]!;
-    console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}, p99 ${ms(p99)}, max ${ms(sorted.at(-1)!)}`);
+    const cpu = t.cpuMicros ? `, proxy CPU ${(t.cpuMicros / t.requests).toFixed(0)} µs/req` : "";
+    console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}, p99 ${ms(p99)}, max ${ms(sorted.at(-1)!)}${cpu}`);
   }
   console.log(`  ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)}; bare/direct: ${(rate(bare) / rate(direct)).toFixed(3)}; p50 above direct: ours ${ms(median(ours.latencies) - median(direct.latencies))}, bare ${ms(median(bare.latencies) - median(direct.latencies))}`);
   const line = `ratio ours/bare proxy: ${(rate(ours) / rate(bare)).toFixed(3)} (target >= 0.95); p50 above the bare proxy: ${ms(median(ours.latencies) - median(bare.latencies))} (target <= 0.5 ms)`;
