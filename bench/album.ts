@@ -6,7 +6,8 @@ import { startServer, type ServerProcess } from "../test/support/server-process.
 // (2) a bare Bun proxy in front of it (fetch + wrap, nothing else), (3) the contract's floor: the
 // bare proxy plus the abort, timeout and field dropping that the contract asks of any
 // implementation, and (4) our album service on Bun in front of it. The target compares (4) with
-// (2); (3) shows how much of the gap no design can close. Targets are measured in alternating
+// (3), what any implementation of the contract must do (0.95 of its req/s, p99 at most 1 ms over
+// it), printed last; (2) shows what the contract itself costs. Targets are measured in alternating
 // rounds, so that drift on a shared machine hits them alike. Latencies are taken per response, in
 // fractions of a millisecond. On Linux it also prints the CPU time each server spent per request,
 // which others' load on a shared machine disturbs far less than req/s.
@@ -122,12 +123,12 @@ function report(targets: Target[], figures: Map<string, Figures>): void {
   }
   type Row = (typeof rows)[number];
   const [, bare, floor, ours] = rows as [Row, Row, Row, Row];
-  const ratio = ours.rps / bare.rps;
-  const extraP99 = ours.p99 - bare.p99;
-  console.log(`\nratio album service / bare proxy (req/s): ${ratio.toFixed(3)} (target >= 0.9: ${ratio >= 0.9 ? "met" : "missed"})`);
-  console.log(`ratio contract floor / bare proxy (req/s): ${(floor.rps / bare.rps).toFixed(3)}; album service / contract floor: ${(ours.rps / floor.rps).toFixed(3)}`);
-  console.log(`server CPU per request, album service / bare proxy: ${(ours.cpu / bare.cpu).toFixed(2)}`);
-  console.log(`p99 over the bare proxy's: ${extraP99.toFixed(3)} ms (target <= 1 ms: ${extraP99 <= 1 ? "met" : "missed"})`);
+  const ratio = ours.rps / floor.rps;
+  const extraP99 = ours.p99 - floor.p99;
+  console.log(`\nalbum service / bare proxy (req/s): ${(ours.rps / bare.rps).toFixed(3)}; contract floor / bare proxy: ${(floor.rps / bare.rps).toFixed(3)}`);
+  console.log(`server CPU per request: album service / contract floor ${(ours.cpu / floor.cpu).toFixed(2)}, / bare proxy ${(ours.cpu / bare.cpu).toFixed(2)}`);
+  console.log(`p99 over the contract floor's: ${extraP99.toFixed(3)} ms (target <= 1 ms: ${extraP99 <= 1 ? "met" : "missed"})`);
+  console.log(`ratio album service / contract floor (req/s): ${ratio.toFixed(3)} (target >= 0.95: ${ratio >= 0.95 ? "met" : "missed"})`);
 }
 
 await main();
