@@ -88,6 +88,10 @@ describe.each(["bun", "node", "deno"] as const)("a replica with a pinned model, 
     const answer = await ask(target(), "POST", "/v1/chat/completions", { model: "ai/other", messages: [{ role: "user", content: "hi" }] }, KEY);
     expect(answer.status).toBe(404);
     expect(answer.json()).toMatchObject({ error: { type: "not_found_error" } });
+    // Ollama's load (an empty prompt) goes to the scheduler without a forward: refused as well.
+    const load = await ask(target(), "POST", "/api/generate", { model: "ai/other", prompt: "" }, KEY);
+    expect(load.status).toBe(404);
+    expect((await ask(target(), "GET", "/engines/ps", undefined, KEY)).json().map((r: { model_name: string }) => r.model_name)).not.toContain("ai/other:latest");
   });
 
   it("on SIGTERM fails readiness and refuses new requests with 503, lets a stream finish, then stops its runners", async () => {

@@ -5,6 +5,7 @@ import { HttpError } from "../../http/errors.ts";
 import type { Route } from "../../http/router.ts";
 import { infer, type InferenceDeps } from "../../inference/routes.ts";
 import type { Endpoint } from "../../inference/requests.ts";
+import { modelNotFound } from "../../models/errors.ts";
 import { resolveOr404 } from "../../models/lookup.ts";
 import type { ModelApi, ModelStore, StoredModel } from "../../models/index.ts";
 import { parseReference } from "../../models/reference.ts";
@@ -60,6 +61,8 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   /** The model a request names, with num_ctx applied to its settings (a change reloads it, as in Ollama). */
   async function prepare(name: string, opts: translate.OllamaOptions | undefined): Promise<StoredModel> {
     const model = await resolveOr404(store, name);
+    // A replica that serves only its pinned models refuses others here too (before any settings change or load).
+    if (deps.inference.admits && !deps.inference.admits(model.id)) throw modelNotFound(name);
     const numCtx = opts?.num_ctx;
     if (typeof numCtx === "number" && Number.isInteger(numCtx) && numCtx > 0) {
       const current = (await deps.settings.get(model.id)).contextSize;
