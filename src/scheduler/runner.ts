@@ -58,9 +58,8 @@ export type RunnerOptions = {
    */
   ahead?: number;
   queueDepth: number;
-  /** As configured ("5m", "0", "-1"), and in milliseconds (Infinity: never). */
+  /** As configured ("5m", "0", "-1"); a request may ask for another (see `keepFor`). */
   keepAlive: string;
-  keepAliveMs: number;
   /** llama-server's compute threads, and whether they were set (else a share of the cores). */
   threads: number;
   threadsFixed: boolean;
@@ -91,7 +90,7 @@ export class Runner {
   constructor(options: RunnerOptions, start: StartRunner, events: RunnerEvents) {
     this.options = options;
     this.events = events;
-    this.#keepAlive = { text: options.keepAlive, ms: options.keepAliveMs };
+    this.#keepAlive = { text: options.keepAlive, ms: keepAliveMs(options.keepAlive) };
     this.stopped = new Promise((resolve) => (this.markStopped = resolve));
     void this.load(start);
   }

@@ -1,7 +1,7 @@
 import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, modelPinned, queueFull, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
-import { embeddingPooling, keepAliveMs, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
+import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelBytes } from "./memory/detect.ts";
@@ -264,7 +264,6 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       threadsFixed: fixedThreads !== undefined,
       queueDepth: deps.limits.queueDepth,
       keepAlive,
-      keepAliveMs: keepAliveMs(keepAlive),
       ...(sizing ? { memory: { ...sizing.estimate, where: sizing.where } } : {}),
     };
     const runner = new Runner(options, deps.start, events);
@@ -304,7 +303,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       for (let attempt = 0; ; attempt++) {
         try {
           return await withRunner(model, mode, signal, (runner) => {
-            runner.keepFor(keepAlive ?? runner.options.keepAlive);
+            // A pinned runner never expires: a request's keep_alive does not apply to it.
+            if (!pinned.has(runner.options.key)) runner.keepFor(keepAlive ?? runner.options.keepAlive);
             return runner.acquire(signal);
           });
         } catch (error) {

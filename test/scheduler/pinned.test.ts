@@ -59,6 +59,15 @@ describe("pinned runners", () => {
     expect(started[0]!.stopped).toBe(false);
   });
 
+  it("keeps its keep-alive whatever a request asks for (Ollama's keep_alive)", async () => {
+    const { scheduler, started, pinLoaded } = setup();
+    await pinLoaded(A);
+    (await scheduler.acquire(A, "completion", undefined, "0")).release();
+    await flush();
+    expect(scheduler.runners()).toMatchObject([{ pinned: true, keepAlive: "-1" }]);
+    expect(started[0]!.stopped).toBe(false);
+  });
+
   it("is never evicted for another model, and is left alone by unload", async () => {
     const { scheduler, started, pending, finishLoads, pinLoaded } = setup(2);
     await pinLoaded(A);
