@@ -26,13 +26,7 @@ async function score(deps: InferenceDeps, request: Request): Promise<Response> {
   const body = await readJson(request, deps.bodyLimit, ScoreBody);
   const query = Array.isArray(body.text_1) ? body.text_1[0]! : body.text_1;
   const documents = Array.isArray(body.text_2) ? body.text_2 : [body.text_2];
-  const rerank = new Request(request.url, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model: body.model, query, documents, top_n: documents.length }),
-    signal: request.signal,
-  });
-  const answer = await infer(deps, "rerank", rerank);
+  const answer = await infer(deps, "rerank", request, { json: { model: body.model, query, documents, top_n: documents.length } });
   if (!answer.ok) return answer; // an error, already in the OpenAI envelope
   const { results, usage } = (await answer.json()) as RerankAnswer;
   const data = results

@@ -42,16 +42,9 @@ export function responsesRoutes(deps: InferenceDeps, store: ResponseStore): Rout
     const { previous_response_id: _, ...rest } = isObject ? (body as Item) : {};
     const input = isObject ? conversation(body as Item, store) : undefined;
     const keep = isObject && (body as Item).store !== false;
-    const headers = new Headers(request.headers);
-    headers.delete("content-length");
-    const forwarded = new Request(request.url, {
-      method: "POST",
-      headers,
-      // Anything but an object goes on as it came, for the checks to refuse in the usual words.
-      body: JSON.stringify(isObject ? { ...rest, input } : body),
-      signal: request.signal,
-    });
-    const response = await counted(deps.metrics, "responses", () => infer(deps, "responses", forwarded));
+    // Anything but an object goes on as it came, for the checks to refuse in the usual words.
+    const json = isObject ? { ...rest, input } : body;
+    const response = await counted(deps.metrics, "responses", () => infer(deps, "responses", request, { json }));
     if (!keep || response.status !== 200 || !response.body) return response;
     const remember = (answer: Item) => store.put(String(answer.id), { response: answer, input: itemsOf(input) });
     if (response.headers.get("content-type")?.startsWith("text/event-stream")) {

@@ -62,6 +62,13 @@ export async function readAtMost(
   return out;
 }
 
+/** A body a dialect rewrote, as the bytes to send on, under the same limit as one read from a client. */
+export function encodeJson(value: unknown, limit: number): Uint8Array<ArrayBuffer> {
+  const bytes = new TextEncoder().encode(JSON.stringify(value));
+  if (bytes.byteLength > limit) throw tooLarge(limit);
+  return bytes;
+}
+
 export function parseJson(bytes: Uint8Array): unknown {
   try {
     return JSON.parse(new TextDecoder().decode(bytes));

@@ -5,7 +5,7 @@ import { modelNotFound } from "../models/errors.ts";
 import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
-import { readBody, parseJson } from "../http/body.ts";
+import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import { forward, type ErrorEvent } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
@@ -74,13 +74,19 @@ export type InferOptions = {
   keepAlive?: string;
   /** Told when the runner's slot is granted (the time before it is the load). */
   leased?: () => void;
+  /**
+   * The body as a dialect rewrote it (the client's was read and translated already): encoded once
+   * and checked as any body, instead of read from `request`, whose signal and headers still count.
+   */
+  json?: unknown;
 };
 
 /** One inference request: checked, its runner leased (loaded if need be), forwarded. */
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
   const startedAt = performance.now();
-  const body = await readBody(request, deps.bodyLimit);
-  const json = parseJson(body);
+  const given = "json" in options;
+  const body = given ? encodeJson(options.json, deps.bodyLimit) : await readBody(request, deps.bodyLimit);
+  const json = given ? options.json : parseJson(body);
   const requested = requestedModel(endpoint, json);
   options.requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);

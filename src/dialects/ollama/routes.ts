@@ -78,13 +78,8 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   async function run(request: Request, endpoint: Endpoint, openai: Record<string, unknown>, keep: string | number | undefined) {
     const startedAt = Date.now();
     let loadedAt = startedAt;
-    const forwarded = new Request(request.url, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify(openai),
-      signal: request.signal,
-    });
-    const response = await infer(deps.inference, endpoint, forwarded, {
+    const response = await infer(deps.inference, endpoint, request, {
+      json: openai,
       ...(keep !== undefined ? { keepAlive: String(keep) } : {}),
       leased: () => (loadedAt = Date.now()),
     });
