@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { cpuMicros } from "./cpu.ts";
 import autocannon from "autocannon";
 import { startServer, type ServerProcess } from "../test/support/server-process.ts";
 
@@ -27,13 +27,6 @@ const addressOf = (server: ServerProcess) => {
   return url;
 };
 
-/** User + system CPU time of a process so far, in microseconds (Linux; 0 elsewhere). */
-function cpuMicros(pid: number): number {
-  const stat = `/proc/${pid}/stat`;
-  if (!existsSync(stat)) return 0;
-  const fields = readFileSync(stat, "utf8").split(") ")[1]!.split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100; // clock ticks of 10 ms
-}
 
 function load({ url, pid }: Target, duration: number, figures?: Figures): Promise<void> {
   const cpuBefore = cpuMicros(pid);

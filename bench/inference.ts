@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { cpuMicros } from "./cpu.ts";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { buildLlamaServerArgs } from "../sidecar/args.ts";
@@ -63,12 +63,6 @@ const ms = (value: number) => `${value.toFixed(2)} ms`;
 type Side = { name: string; socket: string; path: string; pid?: number };
 type Totals = { requests: number; seconds: number; latencies: number[]; cpuMicros: number };
 
-/** User + system CPU time of a process so far, in microseconds (Linux; 0 elsewhere). */
-function cpuMicros(pid: number | undefined): number {
-  if (pid === undefined || !existsSync(`/proc/${pid}/stat`)) return 0;
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100; // clock ticks of 10 ms
-}
 
 async function runnerSocket(mode = "completion"): Promise<string> {
   const files = await readdir(join(stack.dir, "run"));

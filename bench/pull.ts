@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, open, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
+import { cpuMicros } from "./cpu.ts";
 import { join } from "node:path";
 import { DEFAULT_PART_SETTINGS, splitBlob } from "../src/models/store/parts.ts";
 import { startRegistryFront } from "../test/support/registry-front.ts";
@@ -58,12 +59,6 @@ function curl(args: string[], command = "curl", stdout?: (text: string) => void)
   });
 }
 
-/** CPU seconds (user + system) the process has used: clock ticks of 1/100 s in /proc. */
-async function cpuSeconds(pid: number): Promise<number> {
-  const fields = (await readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
 async function peakRssMiB(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, "utf8");
   return Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? NaN) / 1024;
@@ -99,12 +94,12 @@ async function ourPull(runtime: RuntimeName, registryHost: string, dir: string, 
   try {
     const url = /listening on (http:\/\/[\d.]+:\d+)/.exec(server.output())![1]!;
     const started = performance.now();
-    const cpuBefore = await cpuSeconds(server.pid);
+    const cpuBefore = cpuMicros(server.pid) / 1e6;
     const response = await fetch(`${url}/models/create`, { method: "POST", body: JSON.stringify({ from: "ai/big" }) });
     const text = await response.text();
     const seconds = (performance.now() - started) / 1000;
     if (!text.includes("Model pulled successfully")) throw new Error(`pull failed: ${text.slice(-500)}`);
-    return { seconds, rssMiB: await peakRssMiB(server.pid), cpu: (await cpuSeconds(server.pid)) - cpuBefore };
+    return { seconds, rssMiB: await peakRssMiB(server.pid), cpu: cpuMicros(server.pid) / 1e6 - cpuBefore };
   } finally {
     await server.stop(5_000);
     await rm(models, { recursive: true, force: true });
