@@ -190,7 +190,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
-    let budget: { memory: Awaited<ReturnType<NonNullable<SchedulerDeps["memory"]>>>; weights: number } | undefined;
+    let budget: { memory: MemoryLimits | undefined; weights: number } | undefined;
     for (;;) {
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
       const settings = await deps.settings.get(model.id);

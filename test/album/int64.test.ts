@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import * as z from "zod";
-import { Int64Json, parseJsonWithExactIds } from "../../src/album/int64.ts";
-import { int64Param } from "../../src/album/int64.ts";
+import { Int64Json, int64Param, parseJsonWithExactIds } from "../../src/album/int64.ts";
 
 // Reading ids exactly: the fast path (plain JSON.parse) must never accept what the exact path
 // would read differently.
