@@ -110,6 +110,22 @@ describe("the model store", () => {
     }
   });
 
+  it("answers a name asked again from memory, until the index changes", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    expect(await store.resolve("ai/later")).toBeUndefined();
+    const model = await addModel(store, "ai/later:latest", new TextEncoder().encode("later"));
+    const found = await store.resolve("ai/later");
+    expect(found?.id).toBe(model.id);
+    expect(await store.resolve("ai/later")).toBe(found);
+    // Shared by every request that names it: nobody may change it for the others.
+    expect(() => (found!.tags as string[]).push("x")).toThrow();
+    await store.addTag(model.id, "ai/other:latest");
+    expect((await store.resolve("ai/later"))?.tags).toEqual(["ai/later:latest", "ai/other:latest"]);
+    await store.remove(model.id, undefined);
+    expect(await store.resolve("ai/later")).toBeUndefined();
+  });
+
   it("validates a digest before it becomes a path", () => {
     const store = createModelStore("/nonexistent");
     expect(() => store.layout.blob("sha256:../../etc/passwd")).toThrow(/not a sha256 digest/);

@@ -64,6 +64,15 @@ function toStored(layout: Layout, entry: IndexEntry): StoredModel {
   };
 }
 
+/** Names remembered per index: enough for every name in use, bounded against a client sending random ones. */
+const RESOLVED_PER_INDEX = 1024;
+
+/** A model handed to many requests at once: none may change it for the others. */
+function frozen(model: StoredModel): StoredModel {
+  Object.freeze(model.tags);
+  return Object.freeze(model);
+}
+
 const blobsOf = (entry: IndexEntry) =>
   [entry.files.gguf, entry.files.mmproj, entry.files.chatTemplate, entry.files.license].flat().filter((d): d is string => !!d);
 
@@ -86,6 +95,9 @@ export function findEntry(models: IndexEntry[], reference: string, options: Refe
 export function createModelStore(root: string, referenceOptions: ReferenceOptions = {}, options: StoreOptions = {}): ModelStore {
   const layout = layoutOf(root);
   const pins = new Map<string, number>();
+  // Every inference request resolves the name it was sent: answered from the index as last read
+  // (a new index, after any change, starts afresh), without parsing the name again.
+  const resolved = new WeakMap<IndexEntry[], Map<string, StoredModel | undefined>>();
 
   async function collect(removed: IndexEntry, remaining: IndexEntry[]): Promise<void> {
     const used = new Set(remaining.flatMap(blobsOf));
@@ -100,8 +112,14 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     layout,
     referenceOptions,
     async resolve(reference) {
-      const entry = findEntry(await readIndex(layout), reference, referenceOptions);
-      return entry && toStored(layout, entry);
+      const models = await readIndex(layout);
+      let found = resolved.get(models);
+      if (!found) resolved.set(models, (found = new Map()));
+      if (found.has(reference)) return found.get(reference);
+      const entry = findEntry(models, reference, referenceOptions);
+      const model = entry && frozen(toStored(layout, entry));
+      if (found.size < RESOLVED_PER_INDEX) found.set(reference, model);
+      return model;
     },
     async list() {
       return (await readIndex(layout)).map((entry) => toStored(layout, entry));
