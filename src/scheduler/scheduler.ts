@@ -191,14 +191,19 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     const key = runnerKey(model.id, mode);
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
     let budget: { memory: MemoryLimits | undefined; weights: number } | undefined;
-    for (;;) {
-      // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
-      const settings = await deps.settings.get(model.id);
+    const loaded = () => {
       signal?.throwIfAborted();
       if (closed) throw shuttingDown();
       if (deleting.has(model.id)) throw modelNotFound(modelName(model));
-      const existing = active.get(key);
+      return active.get(key);
+    };
+    for (;;) {
+      // A loaded runner is used at once (most requests): only a launch needs the settings.
+      const existing = loaded();
       if (existing) return use(existing);
+      // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
+      const settings = await deps.settings.get(model.id);
+      if (loaded()) continue;
       if (!budget) {
         const memory = await deps.memory?.();
         budget = { memory, weights: memory ? await (deps.modelBytes ?? modelBytes)(model) : 0 };
