@@ -69,9 +69,12 @@ export function encodeJson(value: unknown, limit: number): Uint8Array<ArrayBuffe
   return bytes;
 }
 
+/** One decoder for whole bodies (no `stream` option: it keeps no state between calls). */
+const utf8 = new TextDecoder();
+
 export function parseJson(bytes: Uint8Array): unknown {
   try {
-    return JSON.parse(new TextDecoder().decode(bytes));
+    return JSON.parse(utf8.decode(bytes));
   } catch {
     throw badRequest("invalid_json", "the request body is not valid JSON");
   }

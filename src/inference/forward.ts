@@ -162,10 +162,13 @@ function tailText(chunks: Uint8Array[]): string {
   return text.slice(-TAIL_BYTES);
 }
 
+/** One decoder for whole answers (no `stream` option: it keeps no state between calls). */
+const utf8 = new TextDecoder();
+
 /** A whole answer's start and end as text: `usage` leads an embedding's answer, `timings` ends a completion's. */
 function edges(answer: Uint8Array): string {
-  if (answer.length <= 2 * TAIL_BYTES) return new TextDecoder().decode(answer);
-  return `${new TextDecoder().decode(answer.subarray(0, TAIL_BYTES))}\n${tailText([answer])}`;
+  if (answer.length <= 2 * TAIL_BYTES) return utf8.decode(answer);
+  return `${utf8.decode(answer.subarray(0, TAIL_BYTES))}\n${tailText([answer])}`;
 }
 
 function sseError(error: HttpError): Uint8Array {

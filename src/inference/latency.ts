@@ -101,9 +101,8 @@ function emptyHistograms(): Record<Kind, Histogram> {
 function observe(histogram: Histogram, value: number, times = 1): void {
   histogram.sum += value * times;
   histogram.count += times;
-  BUCKETS[histogram.kind].forEach((bound, i) => {
-    if (value <= bound) histogram.buckets[i]! += times;
-  });
+  const bounds = BUCKETS[histogram.kind];
+  for (let i = bounds.length - 1; i >= 0 && value <= bounds[i]!; i--) histogram.buckets[i]! += times;
 }
 
 /** Prometheus text lines of one histogram: cumulative buckets, +Inf, sum, count. */

@@ -49,7 +49,10 @@ export function createMetrics(): InferenceMetrics {
     const entry = counters.get(key) ?? { family, suffix, labels, value: 0 };
     entry.value += by;
     counters.set(key, entry);
+    return entry;
   };
+  // Counted on every request: each (route, status) sample is found without formatting its labels.
+  const requests = new Map<string, Sample>();
   return {
     observer: {
       loaded(model, mode, ms) {
@@ -60,7 +63,12 @@ export function createMetrics(): InferenceMetrics {
       loadFailed: (model, mode) => add("llamadock_runner_loads_total", { model, mode, result: "error" }),
       crashed: (model, mode) => add("llamadock_runner_crashes_total", { model, mode }),
     },
-    countRequest: (route, status) => add("llamadock_requests_total", { route, status: String(status) }),
+    countRequest(route, status) {
+      const key = `${route} ${status}`;
+      const entry = requests.get(key);
+      if (entry) entry.value++;
+      else requests.set(key, add("llamadock_requests_total", { route, status: String(status) }));
+    },
     timer: (model, arrivedMs) => latency.timer(model, arrivedMs),
     render(runners, scraped, slots = []) {
       const samples: Sample[] = [...counters.values()];
