@@ -21,21 +21,32 @@ import { startServer } from "../test/support/server-process.ts";
 // 3. cold start: request to first token for an unloaded model vs spawning llama-server by hand,
 //    polling /health every 5 ms and sending the same request.
 //
-//   npm run bench:inference     (BENCH_ROUNDS, BENCH_REQUESTS, BENCH_CONCURRENCY tune it; BENCH_PARTS
+//   npm run bench:inference     (BENCH_ROUNDS, BENCH_REQUESTS, BENCH_WARM, BENCH_CONCURRENCY tune it;
+//                                BENCH_PROFILE=<dir> writes CPU profiles; BENCH_PARTS
 //                                picks among overhead,embeddings,streaming,cold; the summary of ratios
 //                                comes last)
 
 /** One line per part, printed together at the end. */
 const summary: string[] = [];
 
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
-const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 400);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
+const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 1000);
+/**
+ * Requests each side serves before the measured rounds. Ours runs far more JavaScript than the bare
+ * proxy: after 50 requests, JSC's compiler threads were still compiling it during the rounds (25 to
+ * 75 µs per request, counted against us); by 2000 its code has reached its steady tiers.
+ */
+const warmUp = Number(process.env.BENCH_WARM ?? 2000);
+/** A folder to write CPU profiles (Bun's --cpu-prof) of our server and the bare proxy into. */
+const profileDir = process.env.BENCH_PROFILE;
+const profiled = (name: string): Record<string, string> =>
+  profileDir ? { BUN_OPTIONS: `--cpu-prof --cpu-prof-interval=100 --cpu-prof-dir=${join(profileDir, name)}` } : {};
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 
 const stack = await startStack({
   models: ["ai/tiny"],
   embedders: ["ai/embedder"],
-  env: { INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
+  env: { ...profiled("ours"), INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
 });
 const P = "/exp/vDD4.40";
 
@@ -104,7 +115,7 @@ async function overhead() {
   const bare = await startServer({
     runtime: "bun",
     entry: "bench/inference/bare-proxy.ts",
-    env: { RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket },
+    env: { ...profiled("bare"), RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket },
   });
   const sides: Side[] = [
     { name: "direct", socket: runner, path: "/v1/completions" },
@@ -125,7 +136,7 @@ async function embeddings() {
   await (await post(stack.socket, `${P}/v1/embeddings`, EMBEDDINGS.body)).arrayBuffer();
   const runner = await runnerSocket("embedding");
   const bareSocket = join(stack.dir, "bare-embed.sock");
-  const bare = await startServer({ runtime: "bun", entry: "bench/inference/bare-proxy.ts", env: { RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket } });
+  const bare = await startServer({ runtime: "bun", entry: "bench/inference/bare-proxy.ts", env: { ...profiled("bare-embeddings"), RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket } });
   try {
     await measureOverhead(
       [
@@ -141,7 +152,7 @@ async function embeddings() {
 }
 
 async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
-  for (const side of sides) await burst(side, 50, load); // warm them all
+  for (const side of sides) await burst(side, warmUp, load);
   const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [], cpuMicros: 0 }]));
   for (let round = 0; round < rounds; round++) {
     for (const side of round % 2 ? [...sides].reverse() : sides) {
@@ -201,8 +212,10 @@ async function chunkLags(side: Side): Promise<number[]> {
 
 async function streaming() {
   // One slot gets the model's whole context (512 tokens): room for 256 generated ones.
+  // Every runner unloaded first (the embeddings part left its own): the next request loads this one.
+  await post(stack.socket, "/engines/unload", { all: true }).then((r) => r.arrayBuffer());
+  await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 0, "the runners unloaded");
   await post(stack.socket, "/engines/_configure", { model: "ai/tiny", slots: 1 }).then((r) => r.arrayBuffer());
-  await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 1, "the reloaded runner");
   await (await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 })).arrayBuffer();
   const sides: Side[] = [
     { name: "direct", socket: await runnerSocket(), path: "/v1/completions" },
