@@ -1,37 +1,55 @@
-import { badRequest } from "../http/errors.ts";
-import { routeTable } from "../http/router.ts";
+import { badRequest, renderError } from "../http/errors.ts";
+import { rawPath, routeTable } from "../http/router.ts";
 import type { FetchHandler } from "../runtime/types.ts";
 import { int64Param } from "./int64.ts";
 import { fetchAlbumPhotos, UpstreamStatus, type Photo, type PhotoServiceDeps } from "./photos.ts";
 
 export type AlbumDeps = PhotoServiceDeps;
 
+const ALBUMS = "/api/albums/";
+
 /** The album service: `GET /api/albums/{albumId}` wraps the photo service's photos of that album. */
 export function createAlbumHandler(deps: AlbumDeps): FetchHandler {
-  return routeTable([
+  const routes = routeTable([
     {
       method: "GET",
       // Optional so that an empty id reaches us and gets a 400 rather than a 404.
       path: "/api/albums/:albumId?",
-      async handle(request) {
-        const albumId = int64Param(String(request.params.albumId ?? ""));
-        if (albumId === undefined) throw badRequest("invalid_album_id", "albumId must be a 64-bit integer");
-        try {
-          const photos = await fetchAlbumPhotos(deps, albumId, request.signal);
-          return new Response(albumJson(albumId, photos), {
-            headers: { "content-type": "application/json" },
-          });
-        } catch (error) {
-          if (error instanceof UpstreamStatus) return new Response(null, { status: error.status });
-          throw error;
-        }
-      },
+      handle: (request) => album(deps, String(request.params.albumId ?? ""), request.signal),
     },
   ]);
+  return (request) => {
+    // Nearly every request is `GET /api/albums/<digits>`: taken as it is, without the route
+    // table's URL parse and pattern; anything else (other paths, methods, trailing slashes,
+    // escapes) is the route table's, with its 404 and 405.
+    const path = request.method === "GET" ? rawPath(request.url) : "";
+    const id = path.startsWith(ALBUMS) ? path.slice(ALBUMS.length) : "";
+    if (!PLAIN_ID.test(id)) return routes(request);
+    return album(deps, id, request.signal).catch(renderError);
+  };
 }
 
-// albumId is canonical decimal text already, and photo ids serialise exactly (see int64.ts); the
-// schema fixed the photos' fields and their order.
-function albumJson(albumId: string, photos: Photo[]): string {
-  return `{"albumId":${albumId},"photos":${JSON.stringify(photos)}}`;
+/** What an album id looks like in a path, before its range is checked. */
+const PLAIN_ID = /^[+-]?\d{1,25}$/;
+
+async function album(deps: AlbumDeps, idParam: string, signal: AbortSignal): Promise<Response> {
+  const albumId = int64Param(idParam);
+  if (albumId === undefined) throw badRequest("invalid_album_id", "albumId must be a 64-bit integer");
+  try {
+    return albumResponse(albumId, await fetchAlbumPhotos(deps, albumId, signal));
+  } catch (error) {
+    if (error instanceof UpstreamStatus) return new Response(null, { status: error.status });
+    throw error;
+  }
+}
+
+/**
+ * The album as JSON. albumId is canonical decimal text already, and photo ids serialise exactly
+ * (see int64.ts); the schema fixed the photos' fields and their order. When every id is a plain
+ * number, the runtime writes the whole answer itself (cheaper than a string of ours to encode).
+ */
+function albumResponse(albumId: string, photos: Photo[]): Response {
+  const id = Number(albumId);
+  if (Number.isSafeInteger(id) && photos.every((photo) => typeof photo.id === "number")) return Response.json({ albumId: id, photos });
+  return new Response(`{"albumId":${albumId},"photos":${JSON.stringify(photos)}}`, { headers: { "content-type": "application/json" } });
 }

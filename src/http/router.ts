@@ -58,7 +58,7 @@ function exactRoutes(routers: RouterType[]): Map<string, Route["handle"]> {
 }
 
 /** The path of an absolute URL as the client wrote it (no query, no fragment). */
-function rawPath(url: string): string {
+export function rawPath(url: string): string {
   const start = url.indexOf("/", url.indexOf("//") + 2);
   if (start < 0) return "/";
   const query = url.indexOf("?", start);
