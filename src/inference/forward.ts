@@ -12,6 +12,9 @@ import type { RequestTimer } from "./latency.ts";
 /** Headers that describe one connection, not the message: never copied across the proxy. */
 const HOP_BY_HOP = ["connection", "keep-alive", "transfer-encoding", "content-encoding", "content-length"];
 
+/** Statuses whose answers have no body (a Response refuses one, even empty). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
 /** How long to wait for a dead runner's exit reason (its pipes drain) before answering without it. */
 const EXIT_REASON_WAIT_MS = 1000;
 
@@ -58,17 +61,18 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   const headers = new Headers(upstream.headers);
   // The body is relayed as decoded bytes: the runner's length and encoding no longer describe it.
   for (const name of HOP_BY_HOP) headers.delete(name);
-  if (!upstream.body) {
-    lease.release();
-    return new Response(null, { status: upstream.status, headers });
-  }
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
   const { timer } = forwarded;
+  // The type first: reading `body` makes some runtimes (Bun) wrap a buffered answer in a JS stream.
   if (!headers.get("content-type")?.startsWith("text/event-stream")) {
     const answer = await whole(upstream, forwarded);
     stamp(headers, forwarded, performance.now() - sentAt);
     timer?.end(upstream.ok, edges(new Uint8Array(answer)));
-    return new Response(answer, init);
+    return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
+  }
+  if (!upstream.body) {
+    lease.release();
+    return new Response(null, init);
   }
   stamp(headers, forwarded, answeredAt - sentAt);
   // The last chunks only: the stream itself is never buffered.

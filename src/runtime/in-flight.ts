@@ -28,7 +28,8 @@ export function capInFlight(handler: FetchHandler, max: number): FetchHandler {
     };
     try {
       const response = await handler(request);
-      if (!response.body || !STREAMED.test(response.headers.get("content-type") ?? "")) return response;
+      // The type first: reading `body` makes some runtimes (Bun) wrap a buffered answer in a JS stream.
+      if (!STREAMED.test(response.headers.get("content-type") ?? "") || !response.body) return response;
       streaming = true;
       return new Response(relay(response.body, { died: NEVER, clientGone: request.signal }, leave, async () => undefined), response);
     } finally {
