@@ -67,8 +67,9 @@ export function guard(handler: FetchHandler, target: ListenTarget, policy: Guard
   const checkHost = target.kind === "tcp" && (isLoopback(target.hostname) || policy.allowedHosts.length > 0);
   const originAllowed = originMatcher(policy.allowedOrigins);
   const keys = policy.apiKeys.map(digest);
+  const hostJudged = judgedOnce((host: string) => hostAllowed(host, policy.allowedHosts));
   return async (request) => {
-    if (checkHost && !hostAllowed(request, policy.allowedHosts)) {
+    if (checkHost && !hostJudged(hostOf(request))) {
       return forbidden("host_not_allowed", `requests for host "${hostOf(request)}" are not served here (see ALLOWED_HOSTS)`);
     }
     const origin = request.headers.get("origin");
@@ -86,6 +87,24 @@ export function guard(handler: FetchHandler, target: ListenTarget, policy: Guard
     return origin === null ? response : granted(response, origin);
   };
 }
+
+/**
+ * `judge`, remembering its verdicts: a listener sees the same few Host values on every request,
+ * and judging one takes several regular expressions. Bounded: random names are judged each time.
+ */
+function judgedOnce(judge: (value: string) => boolean): (value: string) => boolean {
+  const verdicts = new Map<string, boolean>();
+  return (value) => {
+    let verdict = verdicts.get(value);
+    if (verdict === undefined) {
+      verdict = judge(value);
+      if (verdicts.size < JUDGED_MAX) verdicts.set(value, verdict);
+    }
+    return verdict;
+  };
+}
+
+const JUDGED_MAX = 256;
 
 const isPreflight = (request: Request) => request.method === "OPTIONS" && request.headers.has("access-control-request-method");
 
@@ -132,8 +151,8 @@ export function isLoopback(name: string): boolean {
   return bare === "localhost" || bare.endsWith(".localhost") || bare === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(bare);
 }
 
-function hostAllowed(request: Request, allowed: string[]): boolean {
-  const name = hostName(hostOf(request));
+function hostAllowed(host: string, allowed: string[]): boolean {
+  const name = hostName(host);
   if (isLoopback(name)) return true;
   return allowed.some((entry) => (entry.startsWith("*.") ? name.endsWith(entry.slice(1)) : name === hostName(entry)));
 }
