@@ -1,7 +1,7 @@
 import { badRequest, renderError } from "../http/errors.ts";
 import { rawPath, routeTable } from "../http/router.ts";
 import type { FetchHandler } from "../runtime/types.ts";
-import { int64Param } from "./int64.ts";
+import { INT64_TEXT, int64Param } from "./int64.ts";
 import { fetchAlbumPhotos, UpstreamStatus, type Photo, type PhotoServiceDeps } from "./photos.ts";
 
 export type AlbumDeps = PhotoServiceDeps;
@@ -24,13 +24,10 @@ export function createAlbumHandler(deps: AlbumDeps): FetchHandler {
     // escapes) is the route table's, with its 404 and 405.
     const path = request.method === "GET" ? rawPath(request.url) : "";
     const id = path.startsWith(ALBUMS) ? path.slice(ALBUMS.length) : "";
-    if (!PLAIN_ID.test(id)) return routes(request);
+    if (!INT64_TEXT.test(id)) return routes(request);
     return album(deps, id, request.signal).catch(renderError);
   };
 }
-
-/** What an album id looks like in a path, before its range is checked. */
-const PLAIN_ID = /^[+-]?\d{1,25}$/;
 
 async function album(deps: AlbumDeps, idParam: string, signal: AbortSignal): Promise<Response> {
   const albumId = int64Param(idParam);

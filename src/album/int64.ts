@@ -13,10 +13,13 @@ export const inInt64Range = (value: bigint) => value >= MIN && value <= MAX;
 // Part of the JSON source-text proposal, shipped by V8 (Node, Deno) and JavaScriptCore (Bun).
 const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON;
 
+/** What a 64-bit integer looks like as text, before its range is checked: optional sign, digits. */
+export const INT64_TEXT = /^[+-]?\d{1,25}$/;
+
 /** A path parameter: optional sign and digits, within range; gives the canonical decimal form. */
 const Int64Text = z
   .string()
-  .regex(/^[+-]?\d{1,25}$/, "must be a 64-bit integer")
+  .regex(INT64_TEXT, "must be a 64-bit integer")
   .transform((text) => BigInt(text))
   .refine(inInt64Range, "must be within the signed 64-bit range")
   .transform((value) => value.toString());
