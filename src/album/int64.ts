@@ -71,7 +71,7 @@ const isDigit = (c: number) => c >= 0x30 && c <= 0x39;
  * a regular expression over the whole text: indexOf jumps from one "id" to the next.
  */
 function idsWrittenAsIntegers(text: string): boolean {
-  if (text.includes("\\u")) return false;
+  if (hasUnicodeEscape(text)) return false;
   for (let at = text.indexOf('"id"'); at !== -1; at = text.indexOf('"id"', at + 4)) {
     let i = at + 4;
     while (isSpace(text.charCodeAt(i))) i++;
@@ -84,6 +84,14 @@ function idsWrittenAsIntegers(text: string): boolean {
     if (next === 0x2e /* . */ || next === 0x65 /* e */ || next === 0x45 /* E */) return false;
   }
   return true;
+}
+
+/** Whether the text has a \u escape. A search for one character runs several times faster than one for two. */
+function hasUnicodeEscape(text: string): boolean {
+  for (let at = text.indexOf("\\"); at !== -1; at = text.indexOf("\\", at + 2)) {
+    if (text.charCodeAt(at + 1) === 0x75 /* u */) return true;
+  }
+  return false;
 }
 
 function topLevelIdsAreSafe(value: unknown): boolean {
