@@ -44,54 +44,21 @@ export const Int64Json = z.union([
   z.bigint().refine(inInt64Range).transform((value) => rawJSON(value.toString())),
 ]);
 
-/** A parsed JSON value; `bigIds` tells that some `id` may be a bigint (or NaN, see below). */
+/** A parsed JSON value; `bigIds` tells that some `id` may be a bigint. */
 export type ParsedIds = { value: unknown; bigIds: boolean };
 
 /**
  * Reads a JSON text in which every `id` is exact: a safe integer as a number, a larger integer as
- * a bigint, an id written as a non-integer (1.5, 1.0, 1e3) as NaN, so that validation rejects it.
+ * a bigint. An id is an integer by its value, as JSON Schema's `integer` is (1.0 and 1e3 are the
+ * integers 1 and 1000); one past 2^53 is read digit for digit, so it must be written as digits.
  */
 export function parseJsonWithExactIds(text: string): ParsedIds {
-  // Fast path: when every id is written as an integer, one that parses to a safe integer was read
-  // exactly (a larger literal rounds to 2^53 or beyond, which is not safe). Source-text access
-  // costs about eight times a plain parse, so only albums with large ids pay for it.
-  if (idsWrittenAsIntegers(text)) {
-    const value: unknown = JSON.parse(text);
-    if (topLevelIdsAreSafe(value)) return { value, bigIds: false };
-  }
+  // Fast path: a literal that parses to a safe integer was read exactly (one that a double cannot
+  // hold rounds to 2^53 or beyond, which is not safe). Source-text access costs about eight times
+  // a plain parse, so only albums with large (or malformed) ids pay for it.
+  const value: unknown = JSON.parse(text);
+  if (topLevelIdsAreSafe(value)) return { value, bigIds: false };
   return { value: JSON.parse(text, exactId), bigIds: true };
-}
-
-const isSpace = (c: number) => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
-const isDigit = (c: number) => c >= 0x30 && c <= 0x39;
-
-/**
- * False if some `"id": <number>` has a fraction or an exponent, or if the text has \u escapes
- * (an escaped key could spell "id" unseen). A false alarm only costs the slow path. Cheaper than
- * a regular expression over the whole text: indexOf jumps from one "id" to the next.
- */
-function idsWrittenAsIntegers(text: string): boolean {
-  if (hasUnicodeEscape(text)) return false;
-  for (let at = text.indexOf('"id"'); at !== -1; at = text.indexOf('"id"', at + 4)) {
-    let i = at + 4;
-    while (isSpace(text.charCodeAt(i))) i++;
-    if (text.charCodeAt(i) !== 0x3a /* : */) continue;
-    do i++;
-    while (isSpace(text.charCodeAt(i)));
-    if (text.charCodeAt(i) === 0x2d /* - */) i++;
-    while (isDigit(text.charCodeAt(i))) i++;
-    const next = text.charCodeAt(i);
-    if (next === 0x2e /* . */ || next === 0x65 /* e */ || next === 0x45 /* E */) return false;
-  }
-  return true;
-}
-
-/** Whether the text has a \u escape. A search for one character runs several times faster than one for two. */
-function hasUnicodeEscape(text: string): boolean {
-  for (let at = text.indexOf("\\"); at !== -1; at = text.indexOf("\\", at + 2)) {
-    if (text.charCodeAt(at + 1) === 0x75 /* u */) return true;
-  }
-  return false;
 }
 
 function topLevelIdsAreSafe(value: unknown): boolean {
@@ -103,8 +70,8 @@ function topLevelIdsAreSafe(value: unknown): boolean {
   return true;
 }
 
+/** Integers past 2^53 written as digits become bigints; any other number stays as parsed (validation refuses non-integers). */
 function exactId(key: string, value: unknown, context?: { source?: string }): unknown {
-  if (key !== "id" || typeof value !== "number" || context?.source === undefined) return value;
-  if (!/^-?\d+$/.test(context.source)) return NaN;
-  return Number.isSafeInteger(value) ? value : BigInt(context.source);
+  if (key !== "id" || typeof value !== "number" || Number.isSafeInteger(value) || context?.source === undefined) return value;
+  return /^-?\d+$/.test(context.source) ? BigInt(context.source) : value;
 }
