@@ -25,18 +25,18 @@ export function createAlbumHandler(deps: AlbumDeps): FetchHandler {
     const path = request.method === "GET" ? rawPath(request.url) : "";
     const id = path.startsWith(ALBUMS) ? path.slice(ALBUMS.length) : "";
     if (!INT64_TEXT.test(id)) return routes(request);
-    return album(deps, id, request.signal).catch(renderError);
+    return album(deps, id, request.signal);
   };
 }
 
+/** The answer for one album; never throws (one promise per request, no `catch` layered on it). */
 async function album(deps: AlbumDeps, idParam: string, signal: AbortSignal): Promise<Response> {
   const albumId = int64Param(idParam);
-  if (albumId === undefined) throw badRequest("invalid_album_id", "albumId must be a 64-bit integer");
+  if (albumId === undefined) return renderError(badRequest("invalid_album_id", "albumId must be a 64-bit integer"));
   try {
     return albumResponse(albumId, await fetchAlbumPhotos(deps, albumId, signal));
   } catch (error) {
-    if (error instanceof UpstreamStatus) return new Response(null, { status: error.status });
-    throw error;
+    return error instanceof UpstreamStatus ? new Response(null, { status: error.status }) : renderError(error);
   }
 }
 
