@@ -63,16 +63,28 @@ const forbidden = (code: string, message: string) => errorResponse(403, "permiss
 
 /** Wraps `handler` with the checks its listener needs. */
 export function guard(handler: FetchHandler, target: ListenTarget, policy: GuardPolicy): FetchHandler {
+  const refusal = refuser(target, policy);
+  return (request) => {
+    const origin = request.headers.get("origin");
+    const refused = refusal(request, origin);
+    if (refused) return refused;
+    // Without an Origin the handler's answer is passed on as it is: a wrapping async frame costs
+    // promise hand-offs on every request (measurable under load).
+    return origin === null ? handler(request) : Promise.resolve(handler(request)).then((response) => granted(response, origin));
+  };
+}
+
+/** The refusal a request earns on this listener before any route, if any; `origin` is its Origin header. */
+function refuser(target: ListenTarget, policy: GuardPolicy): (request: Request, origin: string | null) => Response | undefined {
   const trustedPeer = target.kind === "unix";
   const checkHost = target.kind === "tcp" && (isLoopback(target.hostname) || policy.allowedHosts.length > 0);
   const originAllowed = originMatcher(policy.allowedOrigins);
   const keys = policy.apiKeys.map(digest);
   const hostJudged = judgedOnce((host: string) => hostAllowed(host, policy.allowedHosts));
-  return async (request) => {
+  return (request, origin) => {
     if (checkHost && !hostJudged(hostOf(request))) {
       return forbidden("host_not_allowed", `requests for host "${hostOf(request)}" are not served here (see ALLOWED_HOSTS)`);
     }
-    const origin = request.headers.get("origin");
     if (origin !== null && !originAllowed(origin)) {
       return forbidden("origin_not_allowed", `requests from origin "${origin}" are not allowed (see ALLOWED_ORIGINS)`);
     }
@@ -83,8 +95,7 @@ export function guard(handler: FetchHandler, target: ListenTarget, policy: Guard
       });
       return origin === null ? response : granted(response, origin);
     }
-    const response = await handler(request);
-    return origin === null ? response : granted(response, origin);
+    return undefined;
   };
 }
 
