@@ -10,7 +10,7 @@ const listeners: Listener[] = [];
 
 async function main(): Promise<void> {
   const config = loadConfig(process.env, process.argv.slice(2));
-  const services = buildServices(config, runtime);
+  const services = await buildServices(config, runtime);
   runtime.onShutdownSignal(async (signal) => {
     console.log(`${signal} received: finishing in-flight requests`);
     // Listeners stay open while draining: a request that still comes gets a 503 it can retry elsewhere.

@@ -143,7 +143,7 @@ describe.skipIf(!kubectl)("kubernetes manifests", () => {
         },
         [],
       );
-      service = buildServices(config, await detectRuntime()).find((s) => s.name === "model runner")!;
+      service = (await buildServices(config, await detectRuntime())).find((s) => s.name === "model runner")!;
       const handler = guard(service.handler, { kind: "tcp", hostname: config.runner.host, port: config.runner.port }, service.policy);
       // As the kubelet and Prometheus call it: the pod's address, no key.
       ask = (path) => Promise.resolve(handler(new Request(`http://10.1.2.3:${config.runner.port}${path}`)));

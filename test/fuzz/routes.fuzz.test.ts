@@ -83,7 +83,7 @@ beforeAll(async () => {
     LLAMA_SERVER_PATH: join(dir, "no-llama-server"),
   };
   const config = loadConfig(env, []);
-  services = buildServices(config, await detectRuntime());
+  services = await buildServices(config, await detectRuntime());
   runner = services.find((s) => s.name === "model runner")!;
   album = services.find((s) => s.name === "album")!;
   expect(runner && album).toBeTruthy();
