@@ -4,7 +4,7 @@ import { startServer, type ServerProcess } from "../test/support/server-process.
 
 // The album service's overhead: load, over loopback, (1) a fixed 50-photo upstream directly,
 // (2) a bare Bun proxy in front of it (fetch + wrap, nothing else), (3) the contract's floor: the
-// bare proxy plus the abort, timeout and field dropping that the contract asks of any
+// bare proxy plus the abort, timeout, field dropping and 64-bit ids that the contract asks of any
 // implementation, and (4) our album service on Bun in front of it. The target compares (4) with
 // (3), what any implementation of the contract must do (0.95 of its req/s, p99 at most 1 ms over
 // it), printed last; (2) shows what the contract itself costs. Targets are measured in alternating
