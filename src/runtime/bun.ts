@@ -1,20 +1,24 @@
 /// <reference types="bun-types" />
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
-import { capInFlight } from "./in-flight.ts";
+import { errorResponse } from "../http/errors.ts";
 import { DEFAULT_SERVE_LIMITS, endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
 
 async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
-  const capped = capInFlight(handler, limits.maxConnections);
+  const max = limits.maxConnections;
   // The idle timeout bounds a client that sends its headers slowly (and an idle keep-alive
   // connection); once a request is in, it is lifted for that request: an SSE stream may be silent
   // for long during a long prompt. Its body has a time limit of its own (see readBody).
   const options = {
     idleTimeout: Math.max(1, Math.ceil(limits.headersTimeoutMs / 1000)),
-    fetch: (request: Request, server: { timeout(request: Request, seconds: number): void }) => {
+    fetch: (request: Request, server: { timeout(request: Request, seconds: number): void; pendingRequests: number }) => {
       server.timeout(request, 0);
-      return capped(request);
+      // Bun's server does not count connections, but counts requests in flight (this one too) until
+      // their answer is sent, a streamed one until it ends or its client leaves: past the cap, 503
+      // at once, so a flood of clients cannot pile up work without bound.
+      if (server.pendingRequests > max) return tooMany(max);
+      return handler(request);
     },
   };
   const server =
@@ -34,6 +38,9 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAU
     },
   };
 }
+
+const tooMany = (max: number) =>
+  errorResponse(503, "unavailable_error", "too_many_connections", `more than ${max} requests at once`, { "retry-after": "1" });
 
 function unixFetch(socketPath: string): typeof fetch {
   // timeout: false turns off Bun's 5-minute socket idle timer, which would cut a generation whose
