@@ -1,4 +1,4 @@
-import { cpuMicros } from "./cpu.ts";
+import { cpuMicros, threadMicros, threadSplit } from "./cpu.ts";
 import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { buildLlamaServerArgs } from "../sidecar/args.ts";
@@ -32,11 +32,15 @@ const summary: string[] = [];
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 1000);
 /**
- * Requests each side serves before the measured rounds. Ours runs far more JavaScript than the bare
- * proxy: after 50 requests, JSC's compiler threads were still compiling it during the rounds (25 to
- * 75 µs per request, counted against us); by 2000 its code has reached its steady tiers.
+ * Requests each side serves at least before the measured rounds; then more, in bursts, until the
+ * JIT compiler's threads are quiet (under 1 µs per request, at most WARM_MAX requests). Ours runs
+ * far more JavaScript than the bare proxy: its hot functions reached JSC's top tier only after
+ * 10000 to 20000 requests, and until then the compiler cost 10 to 14 µs per request (counted
+ * against us while a long-running server pays it once).
  */
 const warmUp = Number(process.env.BENCH_WARM ?? 2000);
+const WARM_BURST = 2000;
+const WARM_MAX = 60_000;
 /** A folder to write CPU profiles (Bun's --cpu-prof) of our server and the bare proxy into. */
 const profileDir = process.env.BENCH_PROFILE;
 const profiled = (name: string): Record<string, string> =>
@@ -72,7 +76,7 @@ const ms = (value: number) => `${value.toFixed(2)} ms`;
 
 /** `pid`: the proxy's process, whose CPU time per request is printed (steadier than req/s here). */
 type Side = { name: string; socket: string; path: string; pid?: number };
-type Totals = { requests: number; seconds: number; latencies: number[]; cpuMicros: number };
+type Totals = { requests: number; seconds: number; latencies: number[]; cpuMicros: number; threads: string };
 
 
 async function runnerSocket(mode = "completion"): Promise<string> {
@@ -151,9 +155,23 @@ async function embeddings() {
   }
 }
 
+/** Sends `side` at least `warmUp` requests, then bursts until its compiler threads are quiet. */
+async function warm(side: Side, load: Load): Promise<void> {
+  let sent = 0;
+  let compiling = Infinity;
+  while (sent < warmUp || (side.pid !== undefined && compiling >= 1 && sent < WARM_MAX)) {
+    const before = threadMicros(side.pid);
+    await burst(side, WARM_BURST, load);
+    sent += WARM_BURST;
+    compiling = ((threadMicros(side.pid).get("JITWorker") ?? 0) - (before.get("JITWorker") ?? 0)) / WARM_BURST;
+  }
+  if (side.pid !== undefined) console.log(`  warm-up ${side.name}: ${sent} requests (compiler ${compiling.toFixed(1)} µs/req in the last ${WARM_BURST})`);
+}
+
 async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
-  for (const side of sides) await burst(side, warmUp, load);
-  const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [], cpuMicros: 0 }]));
+  for (const side of sides) await warm(side, load);
+  const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [], cpuMicros: 0, threads: "" }]));
+  const threadsBefore = new Map(sides.map((s) => [s.name, threadMicros(s.pid)]));
   for (let round = 0; round < rounds; round++) {
     for (const side of round % 2 ? [...sides].reverse() : sides) {
       const cpuBefore = cpuMicros(side.pid);
@@ -165,13 +183,15 @@ async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
       total.latencies.push(...latencies);
     }
   }
+  // Per thread over all rounds (the other side's rounds in between cost this process nothing).
+  for (const side of sides) totals.get(side.name)!.threads = threadSplit(threadsBefore.get(side.name)!, threadMicros(side.pid), rounds * requestsPerRound);
   const [direct, bare, ours] = sides.map((s) => totals.get(s.name)!) as [Totals, Totals, Totals];
   const rate = (t: Totals) => t.requests / t.seconds;
   console.log(`overhead (${rounds} x ${requestsPerRound} requests, ${load.concurrency} concurrent, ${load.label})`);
   for (const [name, t] of [["direct", direct], ["bare proxy", bare], ["ours", ours]] as const) {
     const sorted = [...t.latencies].sort((a, b) => a - b);
     const p99 = sorted[Math.floor(sorted.length * 0.99)]!;
-    const cpu = t.cpuMicros ? `, proxy CPU ${(t.cpuMicros / t.requests).toFixed(0)} µs/req` : "";
+    const cpu = t.cpuMicros ? `, proxy CPU ${(t.cpuMicros / t.requests).toFixed(0)} µs/req (${t.threads})` : "";
     console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}, p99 ${ms(p99)}, max ${ms(sorted.at(-1)!)}${cpu}`);
   }
   console.log(`  ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)}; bare/direct: ${(rate(bare) / rate(direct)).toFixed(3)}; p50 above direct: ours ${ms(median(ours.latencies) - median(direct.latencies))}, bare ${ms(median(bare.latencies) - median(direct.latencies))}`);
