@@ -1,4 +1,4 @@
-import { cpuMicros } from "./cpu.ts";
+import { cpuMicros, threadMicros, threadSplit } from "./cpu.ts";
 import autocannon from "autocannon";
 import { startServer, type ServerProcess } from "../test/support/server-process.ts";
 
@@ -19,7 +19,7 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10);
 
 type Target = { name: string; url: string; pid: number };
-type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number };
+type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number; threads: Map<string, number> };
 
 const addressOf = (server: ServerProcess) => {
   const url = /listening on (http:\/\/[\d.]+:\d+)/.exec(server.output())?.[1];
@@ -30,11 +30,13 @@ const addressOf = (server: ServerProcess) => {
 
 function load({ url, pid }: Target, duration: number, figures?: Figures): Promise<void> {
   const cpuBefore = cpuMicros(pid);
+  const threadsBefore = threadMicros(pid);
   return new Promise((resolve, reject) => {
     const instance = autocannon({ url, connections, duration }, (error, result) => {
       if (error) return reject(error);
       if (figures) {
         figures.cpuMicros += cpuMicros(pid) - cpuBefore;
+        for (const [name, micros] of threadMicros(pid)) figures.threads.set(name, (figures.threads.get(name) ?? 0) + micros - (threadsBefore.get(name) ?? 0));
         figures.seconds += duration;
         figures.errors += result.errors + result.timeouts + result.non2xx;
       }
@@ -67,6 +69,7 @@ function summary(figures: Figures) {
     p50: percentile([...sorted], 0.5),
     p99: percentile([...sorted], 0.99),
     cpu: figures.cpuMicros / figures.requests,
+    threads: threadSplit(new Map(), figures.threads, figures.requests),
     errors: figures.errors,
   };
 }
@@ -92,7 +95,7 @@ async function main(): Promise<void> {
       { name: "album service", url: `${addressOf(ours)}/api/albums/1`, pid: ours.pid },
     ];
     for (const t of targets) await expectAlbum(t.url, 50);
-    const figures = new Map(targets.map((t) => [t.name, { requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 } as Figures]));
+    const figures = new Map(targets.map((t) => [t.name, { requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0, threads: new Map() } as Figures]));
 
     console.log(`${connections} connections, ${rounds} rounds of ${seconds} s per target, after a warm-up`);
     for (const t of targets) await load(t, 2);
@@ -111,7 +114,7 @@ function report(targets: Target[], figures: Map<string, Figures>): void {
   console.log("\ntarget               req/s     p50 ms   p99 ms   errors   server CPU µs/req");
   for (const r of rows) {
     console.log(
-      `${r.target.padEnd(18)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(9)} ${r.p99.toFixed(3).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(1).padStart(10)}`,
+      `${r.target.padEnd(18)} ${r.rps.toFixed(0).padStart(8)} ${r.p50.toFixed(3).padStart(9)} ${r.p99.toFixed(3).padStart(8)} ${String(r.errors).padStart(8)} ${r.cpu.toFixed(1).padStart(10)}  ${r.threads}`,
     );
   }
   type Row = (typeof rows)[number];
