@@ -33,13 +33,15 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 1000);
 /**
  * Requests each side serves at least before the measured rounds; then more, in bursts, until the
- * JIT compiler's threads are quiet (under 1 µs per request, at most WARM_MAX requests). Ours runs
- * far more JavaScript than the bare proxy: its hot functions reached JSC's top tier only after
- * 10000 to 20000 requests, and until then the compiler cost 10 to 14 µs per request (counted
- * against us while a long-running server pays it once).
+ * JIT compiler's threads stayed quiet (under 1 µs per request) for WARM_QUIET bursts in a row, at
+ * most WARM_MAX requests. Ours runs far more JavaScript than the bare proxy: its hot functions
+ * reached JSC's top tier only after 10000 to 20000 requests, in bursts (one quiet burst of 2000
+ * was followed by more compiling), and until then the compiler cost 10 to 26 µs per request,
+ * counted against us although a long-running server pays it once.
  */
 const warmUp = Number(process.env.BENCH_WARM ?? 2000);
 const WARM_BURST = 2000;
+const WARM_QUIET = 3;
 const WARM_MAX = 60_000;
 /** A folder to write CPU profiles (Bun's --cpu-prof) of our server and the bare proxy into. */
 const profileDir = process.env.BENCH_PROFILE;
@@ -155,17 +157,18 @@ async function embeddings() {
   }
 }
 
-/** Sends `side` at least `warmUp` requests, then bursts until its compiler threads are quiet. */
+/** Sends `side` at least `warmUp` requests, then bursts until its compiler threads stay quiet. */
 async function warm(side: Side, load: Load): Promise<void> {
   let sent = 0;
-  let compiling = Infinity;
-  while (sent < warmUp || (side.pid !== undefined && compiling >= 1 && sent < WARM_MAX)) {
+  let quiet = 0;
+  while (sent < warmUp || (side.pid !== undefined && quiet < WARM_QUIET && sent < WARM_MAX)) {
     const before = threadMicros(side.pid);
     await burst(side, WARM_BURST, load);
     sent += WARM_BURST;
-    compiling = ((threadMicros(side.pid).get("JITWorker") ?? 0) - (before.get("JITWorker") ?? 0)) / WARM_BURST;
+    const compiling = ((threadMicros(side.pid).get("JITWorker") ?? 0) - (before.get("JITWorker") ?? 0)) / WARM_BURST;
+    quiet = compiling < 1 ? quiet + 1 : 0;
   }
-  if (side.pid !== undefined) console.log(`  warm-up ${side.name}: ${sent} requests (compiler ${compiling.toFixed(1)} µs/req in the last ${WARM_BURST})`);
+  if (side.pid !== undefined) console.log(`  warm-up ${side.name}: ${sent} requests${quiet < WARM_QUIET ? " (the compiler was still busy)" : ""}`);
 }
 
 async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
