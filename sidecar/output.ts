@@ -1,4 +1,5 @@
-import { closeSync, copyFileSync, fstatSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, statSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, ftruncateSync, mkdirSync, openSync, readSync, renameSync, statSync, writeSync } from "node:fs";
+import { copyFile } from "node:fs/promises";
 import { dirname } from "node:path";
 
 // A runner's output: appended to its log file, which rolls over to `<file>.1` past `maxBytes` (so
@@ -49,6 +50,7 @@ export class RunnerOutput {
   /** Whether the child writes the file itself, and the timer that checks its size then. */
   private byChild = false;
   private rollTimer: ReturnType<typeof setInterval> | undefined;
+  private rolling = false;
 
   constructor(path: string, limits: OutputLimits = DEFAULT_OUTPUT_LIMITS) {
     this.path = path;
@@ -87,7 +89,7 @@ export class RunnerOutput {
   writtenByChild(): void {
     this.flush();
     this.byChild = true;
-    this.rollTimer = setInterval(() => this.rollIfLarge(), this.limits.rollCheckMs ?? ROLL_CHECK_MS);
+    this.rollTimer = setInterval(() => void this.rollIfLarge(), this.limits.rollCheckMs ?? ROLL_CHECK_MS);
     (this.rollTimer as { unref?: () => void }).unref?.();
   }
 
@@ -121,14 +123,21 @@ export class RunnerOutput {
     }
   }
 
-  private rollIfLarge(): void {
-    if (this.fd === undefined) return;
+  /**
+   * Copies a file past its limit to `.1`, then empties it. The copy runs off the event loop: a busy
+   * runner's log of several MiB took milliseconds to copy, a stall for every request in flight.
+   */
+  private async rollIfLarge(): Promise<void> {
+    if (this.fd === undefined || this.rolling) return;
+    this.rolling = true;
     try {
       if (fstatSync(this.fd).size < this.limits.maxBytes) return;
-      copyFileSync(this.path, `${this.path}.1`);
-      ftruncateSync(this.fd, 0);
+      await copyFile(this.path, `${this.path}.1`);
+      if (this.fd !== undefined) ftruncateSync(this.fd, 0);
     } catch {
       // Left as it is: a log too large is better than a runner stopped for it.
+    } finally {
+      this.rolling = false;
     }
   }
 
