@@ -17,6 +17,15 @@ describe("the in-flight cap under Bun, for streamed answers", () => {
     const response = await fetch(`${base}/plain`);
     return { status: response.status, body: await response.text() };
   };
+  /** The first answer that is not a 503, asking every 100 ms for up to 5 s (the server frees a place just after the client saw the end). */
+  const servedAgain = async () => {
+    let answer = await plain();
+    for (let tries = 0; tries < 50 && answer.status === 503; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      answer = await plain();
+    }
+    return answer;
+  };
 
   it("holds a place while the stream runs and gives it back when it ends", async () => {
     const response = await fetch(`${base}/stream?chunks=5`);
@@ -27,7 +36,7 @@ describe("the in-flight cap under Bun, for streamed answers", () => {
     expect(turnedAway.headers.get("retry-after")).toBe("1");
     expect(((await turnedAway.json()) as { error: { code: string } }).error.code).toBe("too_many_connections");
     while (!(await reader.read()).done);
-    expect(await plain()).toEqual({ status: 200, body: "ok" });
+    expect(await servedAgain()).toEqual({ status: 200, body: "ok" });
   });
 
   it("gives the place back when the stream's client leaves", async () => {
@@ -37,11 +46,6 @@ describe("the in-flight cap under Bun, for streamed answers", () => {
     expect((await plain()).status).toBe(503);
     client.abort();
     // The stream would run for a minute; its place must come back long before.
-    let status = 0;
-    for (let tries = 0; tries < 50 && status !== 200; tries++) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      status = (await plain()).status;
-    }
-    expect(status).toBe(200);
+    expect(await servedAgain()).toEqual({ status: 200, body: "ok" });
   });
 });
