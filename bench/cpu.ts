@@ -7,7 +7,12 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 export function cpuMicros(pid: number | undefined): number {
   const stat = `/proc/${pid}/stat`;
   if (pid === undefined || !existsSync(stat)) return 0;
-  const fields = readFileSync(stat, "utf8").split(") ")[1]!.split(" ");
+  return statMicros(readFileSync(stat, "utf8"));
+}
+
+/** User + system time of a `/proc/.../stat` line, in microseconds (the name in parentheses may hold spaces). */
+function statMicros(stat: string): number {
+  const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
   return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100; // clock ticks of 10 ms
 }
 
@@ -27,8 +32,7 @@ export function threadMicros(pid: number | undefined): Map<string, number> {
       continue; // the thread ended meanwhile
     }
     const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-    const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
-    times.set(name, (times.get(name) ?? 0) + ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100);
+    times.set(name, (times.get(name) ?? 0) + statMicros(stat));
   }
   return times;
 }
