@@ -43,8 +43,8 @@ export async function buildServices(config: Config, runtime: Runtime): Promise<S
     });
   }
   if (config.services.includes("runner")) {
-    // Loaded on demand: an album-only process then holds none of the runner's code (a smaller heap
-    // to collect: about 2% of the album's CPU per request under load).
+    // Loaded on demand: an album-only process then holds none of the runner's code (code a process
+    // loads but never calls still slowed its requests under bench:album; see the README).
     const { modelRunner } = await import("./model-runner.ts");
     services.push(modelRunner(config, runtime));
   }
