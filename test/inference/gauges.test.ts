@@ -2,23 +2,10 @@ import { describe, expect, it } from "vitest";
 import { modelGauges } from "../../src/inference/gauges.ts";
 import { createLatency, timingsIn } from "../../src/inference/latency.ts";
 import { createMetrics } from "../../src/inference/metrics.ts";
-import type { RunnerInfo } from "../../src/scheduler/scheduler.ts";
+import { runnerInfo } from "../support/runner-info.ts";
 
 // The model-server protocol's gauges and the latency histograms, from fixed inputs: the shapes
 // llama-server answers on /metrics and /slots (seen from release v0.5.0) and in its `timings`.
-
-const runner = (model: string, mode: RunnerInfo["mode"], waiting: number, inUse: number): RunnerInfo => ({
-  model,
-  modelId: `sha256:${model}`,
-  mode,
-  state: "ready",
-  inUse,
-  waiting,
-  lastUsed: 0,
-  keepAlive: "5m",
-  threads: 1,
-  pinned: false,
-});
 
 const deferred = (n: number) => `# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred ${n}\n`;
 const slot = (n_ctx: number, is_processing: boolean, n_prompt_tokens?: number) => ({ id: 0, n_ctx, is_processing, ...(n_prompt_tokens === undefined ? {} : { n_prompt_tokens }) });
@@ -26,7 +13,7 @@ const slot = (n_ctx: number, is_processing: boolean, n_prompt_tokens?: number) =
 describe("modelGauges", () => {
   it("adds our queue and llama-server's deferred requests, counts slots held, per model across modes", () => {
     const gauges = modelGauges(
-      [runner("ai/a", "completion", 3, 2), runner("ai/a", "embedding", 1, 1), runner("ai/b", "completion", 0, 0)],
+      [runnerInfo("ai/a", "completion", 3, 2), runnerInfo("ai/a", "embedding", 1, 1), runnerInfo("ai/b", "completion", 0, 0)],
       [{ model: "ai/a", mode: "completion", text: deferred(2) }],
       [
         // An idle slot keeps its last prompt cached (455 tokens here): reusable room, not counted.
@@ -85,7 +72,7 @@ describe("latency", () => {
     const metrics = createMetrics();
     const timer = metrics.timer("ai/a", performance.now());
     timer.end(true, `{${TIMINGS}`);
-    const text = metrics.render([runner("ai/a", "completion", 1, 2)], [], []);
+    const text = metrics.render([runnerInfo("ai/a", "completion", 1, 2)], [], []);
     for (const prefix of ["llamadock:", "vllm:"]) {
       expect(text).toContain(`# TYPE ${prefix}num_requests_waiting gauge\n${prefix}num_requests_waiting{model_name="ai/a"} 1\n`);
       expect(text).toContain(`${prefix}num_requests_running{model_name="ai/a"} 2\n`);

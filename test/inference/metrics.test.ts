@@ -1,21 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { createMetrics } from "../../src/inference/metrics.ts";
-import type { RunnerInfo } from "../../src/scheduler/scheduler.ts";
+import { runnerInfo } from "../support/runner-info.ts";
 
 // The Prometheus text: our counters, and runners' expositions merged under one HELP/TYPE per family.
-
-const runner = (model: string, waiting: number, inUse: number): RunnerInfo => ({
-  model,
-  modelId: `sha256:${model}`,
-  mode: "completion",
-  state: "ready",
-  inUse,
-  waiting,
-  lastUsed: 0,
-  keepAlive: "5m",
-  threads: 1,
-  pinned: false,
-});
 
 const exposition = (value: number) =>
   [
@@ -37,7 +24,7 @@ describe("metrics", () => {
     metrics.observer.loaded!("ai/a", "completion", 1500);
     metrics.observer.loadFailed!("ai/b", "embedding");
     metrics.observer.crashed!("ai/a", "completion");
-    const text = metrics.render([runner("ai/a", 3, 2)], []);
+    const text = metrics.render([runnerInfo("ai/a", "completion", 3, 2)], []);
     expect(text).toContain('llamadock_requests_total{route="chat/completions",status="200"} 2\n');
     expect(text).toContain('llamadock_requests_total{route="embeddings",status="503"} 1\n');
     expect(text).toContain('llamadock_runner_loads_total{model="ai/a",mode="completion",result="ok"} 1\n');
