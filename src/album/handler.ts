@@ -1,7 +1,7 @@
 import { badRequest, renderError } from "../http/errors.ts";
 import { rawPath, routeTable } from "../http/router.ts";
 import type { FetchHandler } from "../runtime/types.ts";
-import { INT64_TEXT, int64Param } from "./int64.ts";
+import { exactInteger, INT64_TEXT, int64Param } from "./int64.ts";
 import { fetchAlbumPhotos, UpstreamStatus, type Photo, type PhotoServiceDeps } from "./photos.ts";
 
 export type AlbumDeps = PhotoServiceDeps;
@@ -41,12 +41,10 @@ async function album(deps: AlbumDeps, idParam: string, signal: AbortSignal): Pro
 }
 
 /**
- * The album as JSON. albumId is canonical decimal text already, and photo ids serialise exactly
- * (see int64.ts); the schema fixed the photos' fields and their order. When every id is a plain
- * number, the runtime writes the whole answer itself (cheaper than a string of ours to encode).
+ * The album as JSON: photo ids serialise exactly (see int64.ts), and albumId is canonical decimal
+ * text, a number where that is exact; the schema fixed the photos' fields and their order.
  */
 function albumResponse(albumId: string, photos: Photo[]): Response {
   const id = Number(albumId);
-  if (Number.isSafeInteger(id) && photos.every((photo) => typeof photo.id === "number")) return Response.json({ albumId: id, photos });
-  return new Response(`{"albumId":${albumId},"photos":${JSON.stringify(photos)}}`, { headers: { "content-type": "application/json" } });
+  return Response.json({ albumId: Number.isSafeInteger(id) ? id : exactInteger(albumId), photos });
 }

@@ -1,7 +1,7 @@
 import * as z from "zod";
 
 // Album and photo ids are signed 64-bit integers; JavaScript numbers are exact only up to 2^53.
-// The path's albumId travels as its canonical decimal text and is never turned into a number.
+// The path's albumId travels as its canonical decimal text, turned into a number only when exact.
 // A photo id stays a number when it is a safe integer (nearly always, and the cheapest to read
 // and write) and is read as a bigint otherwise, then written back digit for digit by rawJSON.
 
@@ -38,36 +38,23 @@ export function int64Param(text: string): string | undefined {
   return parsed.success ? parsed.data : undefined;
 }
 
+/** An integer's digits, which JSON.stringify (and Response.json) writes as they are: exact past 2^53. */
+export const exactInteger = (digits: string): object => rawJSON(digits);
+
 /** An id read by `parseJsonWithExactIds`; its output goes through JSON.stringify exactly. */
 export const Int64Json = z.union([
   z.int(),
-  z.bigint().refine(inInt64Range).transform((value) => rawJSON(value.toString())),
+  z.bigint().refine(inInt64Range).transform((value) => exactInteger(value.toString())),
 ]);
-
-/** A parsed JSON value; `bigIds` tells that some `id` may be a bigint. */
-export type ParsedIds = { value: unknown; bigIds: boolean };
 
 /**
  * Reads a JSON text in which every `id` is exact: a safe integer as a number, a larger integer as
  * a bigint. An id is an integer by its value, as JSON Schema's `integer` is (1.0 and 1e3 are the
  * integers 1 and 1000); one past 2^53 is read digit for digit, so it must be written as digits.
+ * Source-text access costs about eight times a plain parse: callers try `JSON.parse` first.
  */
-export function parseJsonWithExactIds(text: string): ParsedIds {
-  // Fast path: a literal that parses to a safe integer was read exactly (one that a double cannot
-  // hold rounds to 2^53 or beyond, which is not safe). Source-text access costs about eight times
-  // a plain parse, so only albums with large (or malformed) ids pay for it.
-  const value: unknown = JSON.parse(text);
-  if (topLevelIdsAreSafe(value)) return { value, bigIds: false };
-  return { value: JSON.parse(text, exactId), bigIds: true };
-}
-
-function topLevelIdsAreSafe(value: unknown): boolean {
-  if (!Array.isArray(value)) return true;
-  for (const item of value) {
-    const id = (item as { id?: unknown } | null)?.id;
-    if (typeof id === "number" && !Number.isSafeInteger(id)) return false;
-  }
-  return true;
+export function parseJsonWithExactIds(text: string): unknown {
+  return JSON.parse(text, exactId);
 }
 
 /** Integers past 2^53 written as digits become bigints; any other number stays as parsed (validation refuses non-integers). */

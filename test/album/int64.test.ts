@@ -1,17 +1,30 @@
 import { describe, expect, it } from "vitest";
 import * as z from "zod";
 import { Int64Json, int64Param, parseJsonWithExactIds } from "../../src/album/int64.ts";
+import { parsePhotos } from "../../src/album/photos.ts";
 
-// Reading ids exactly: the fast path (plain JSON.parse) must never accept what the exact path
-// would read differently.
+// Reading ids exactly, on the exact path alone and through the photo client's parse, whose fast
+// path (plain JSON.parse and the compiled schema) must never accept what the exact path would read
+// differently.
 
 const Ids = z.array(z.object({ id: Int64Json }));
-const idsOf = (text: string) => {
-  const parsed = Ids.safeParse(parseJsonWithExactIds(text).value);
+const exactIdsOf = (text: string) => {
+  const parsed = Ids.safeParse(parseJsonWithExactIds(text));
   return parsed.success ? JSON.stringify(parsed.data.map((p) => p.id)) : "rejected";
 };
+/** The same ids, each object given the photo's other fields, through the photo client. */
+const photoIdsOf = (text: string) => {
+  try {
+    return JSON.stringify(parsePhotos(text.replaceAll("{", '{"title":null,"url":"u","thumbnailUrl":"t",')).map((p) => p.id));
+  } catch {
+    return "rejected";
+  }
+};
 
-describe("parseJsonWithExactIds + Int64Json", () => {
+describe.each([
+  ["parseJsonWithExactIds + Int64Json", exactIdsOf],
+  ["parsePhotos", photoIdsOf],
+])("%s", (_name, idsOf) => {
   it.each([
     ['[{"id":1},{"id":-2},{"id":0}]', "[1,-2,0]"],
     ['[{"id":-0}]', "[0]"],
