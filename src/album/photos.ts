@@ -1,11 +1,12 @@
 import { Ajv } from "ajv";
 import * as z from "zod";
 import { HttpError } from "../http/errors.ts";
-import { deadline, type Clock } from "./deadline.ts";
+import type { Clock } from "./deadline.ts";
 import { Int64Json, parseJsonWithExactIds } from "./int64.ts";
 
-// The client of the external photo service: one GET per album, no retries (the contract asks for
-// exactly one call), and every failure mapped to the status a gateway owes its caller.
+// The external photo service's protocol: the one GET per album, the checks on its answer, and every
+// failure mapped to the status a gateway owes its caller. Plain functions: the handler makes the
+// call in one async frame (each nested one cost promise hand-offs per album under load).
 
 export type PhotoServiceDeps = {
   fetch: typeof fetch;
@@ -50,50 +51,35 @@ type SafePhoto = { id: number; title: string | null; url: string | null; thumbna
 /** The contract's fields only, in its order (unknown fields are dropped). */
 const contractFields = (photos: SafePhoto[]): Photo[] => photos.map(({ id, title, url, thumbnailUrl }) => ({ id, title, url, thumbnailUrl }));
 
-/** An upstream error status, passed on to our caller as is, with an empty body. */
-export class UpstreamStatus extends Error {
-  readonly status: number;
-  constructor(status: number) {
-    super(`photo service answered ${status}`);
-    this.status = status;
-  }
-}
-
 const gatewayError = (status: 502 | 504, code: string, message: string) =>
   new HttpError(status, status === 504 ? "timeout_error" : "upstream_error", code, message);
 
-export async function fetchAlbumPhotos(deps: PhotoServiceDeps, albumId: string, clientSignal: AbortSignal): Promise<Photo[]> {
-  const call = deadline(clientSignal, deps.timeoutMs, deps.clock);
-  try {
-    // One async frame for the whole call: each nested one costs promise hand-offs per album.
-    const response = await deps.fetch(`${deps.baseUrl}/albums/${albumId}/photos`, {
-      headers: { accept: "application/json" },
-      signal: call.signal,
-      // Following a redirect would be a second call to the photo service; the contract allows one.
-      redirect: "manual",
-    });
-    if (response.status >= 300) await refuse(response);
-    return parsePhotos(await response.text());
-  } catch (error) {
-    if (error instanceof UpstreamStatus || error instanceof HttpError) throw error;
-    if (call.expired()) {
-      throw gatewayError(504, "upstream_timeout", `photo service did not answer within ${deps.timeoutMs} ms`);
-    }
-    // The client is gone: nobody reads this answer, and it is no fault of ours worth logging.
-    if (clientSignal.aborted) throw new HttpError(499, "invalid_request_error", "client_closed", "client went away");
-    throw gatewayError(502, "upstream_unreachable", `photo service unreachable: ${describe(error)}`);
-  } finally {
-    call.finish();
-  }
+/** The one GET for an album's photos; no retries (the contract asks for exactly one call). */
+export function requestPhotos(deps: PhotoServiceDeps, albumId: string, signal: AbortSignal): Promise<Response> {
+  return deps.fetch(`${deps.baseUrl}/albums/${albumId}/photos`, {
+    headers: { accept: "application/json" },
+    signal,
+    // Following a redirect would be a second call to the photo service; the contract allows one.
+    redirect: "manual",
+  });
 }
 
-/** An answer that is not a 2xx: an error status becomes `UpstreamStatus`, anything else a 502. */
-async function refuse(response: Response): Promise<never> {
+/** A photo service answer that is not a 2xx: an error status is passed on as is with an empty body, anything else is a 502. */
+export async function refusal(response: Response): Promise<Response> {
   await response.body?.cancel();
-  if (response.status >= 400) throw new UpstreamStatus(response.status);
-  throw gatewayError(502, "upstream_unexpected_status", `photo service answered ${response.status}`);
+  if (response.status >= 400) return new Response(null, { status: response.status });
+  return gatewayError(502, "upstream_unexpected_status", `photo service answered ${response.status}`).toResponse();
 }
 
+/** Why a call that threw failed, as the status a gateway owes its caller. */
+export function callFailure(error: unknown, call: { expired(): boolean }, clientSignal: AbortSignal, timeoutMs: number): HttpError {
+  if (call.expired()) return gatewayError(504, "upstream_timeout", `photo service did not answer within ${timeoutMs} ms`);
+  // The client is gone: nobody reads this answer, and it is no fault of ours worth logging.
+  if (clientSignal.aborted) return new HttpError(499, "invalid_request_error", "client_closed", "client went away");
+  return gatewayError(502, "upstream_unreachable", `photo service unreachable: ${describe(error)}`);
+}
+
+/** The photos of a 2xx answer's body, the contract's fields only; throws a 502 `HttpError` for anything else. */
 export function parsePhotos(text: string): Photo[] {
   let value: unknown;
   try {
