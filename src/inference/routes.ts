@@ -4,6 +4,7 @@ import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
 import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
+import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
@@ -93,13 +94,16 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const waitFrom = performance.now();
-  const lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, options.keepAlive).catch(async (error) => {
+  let lease: Lease;
+  try {
+    lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, options.keepAlive);
+  } catch (error) {
     if (request.signal.aborted) throw clientGone();
     // A delete that ran between the lookup above and the load took the model's file with it: to
     // the client the model is simply gone, as it would be a moment later.
     if (isLoadFailure(error) && !(await deps.store.resolve(model.id))) throw modelNotFound(requested);
     throw error;
-  });
+  }
   options.leased?.();
   const waitedMs = performance.now() - waitFrom;
   const stream = (json as { stream?: unknown }).stream === true;
