@@ -7,6 +7,17 @@ export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefin
     const abort = () => (onAbort?.(), reject(signal.reason));
     if (signal.aborted) return abort();
     signal.addEventListener("abort", abort, { once: true });
-    void work.then(resolve, reject).finally(() => signal.removeEventListener("abort", abort));
+    // The listener goes in the same callbacks that settle: a `.finally` would add three promises
+    // and two jobs to every chunk a stream relays.
+    work.then(
+      (value) => {
+        signal.removeEventListener("abort", abort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", abort);
+        reject(error);
+      },
+    );
   });
 }

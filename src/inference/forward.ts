@@ -65,7 +65,18 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   const { timer } = forwarded;
   // The type first: reading `body` makes some runtimes (Bun) wrap a buffered answer in a JS stream.
   if (!headers.get("content-type")?.startsWith("text/event-stream")) {
-    const answer = await whole(upstream, forwarded);
+    // A JSON answer: llama-server writes it in one piece once it is complete, so it is read whole
+    // and the slot released at once; passing it on as one buffer also spares a stream per request.
+    // Read here rather than in a function of its own: a nested async frame cost about 2 µs of CPU
+    // per request on the album's path.
+    let answer: ArrayBuffer;
+    try {
+      answer = await unlessAborted(upstream.arrayBuffer(), lease.died);
+    } catch (error) {
+      throw await readFailure(forwarded, error);
+    } finally {
+      lease.release();
+    }
     stamp(headers, forwarded, performance.now() - sentAt);
     timer?.end(upstream.ok, edges(new Uint8Array(answer)));
     return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
@@ -100,19 +111,10 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   return new Response(relayed, init);
 }
 
-/**
- * A JSON answer: llama-server writes it in one piece once it is complete, so it is read whole and
- * the slot released at once; passing it on as one buffer also spares a stream per request.
- */
-async function whole(upstream: Response, { lease, model, request }: Forwarded): Promise<ArrayBuffer> {
-  try {
-    return await unlessAborted(upstream.arrayBuffer(), lease.died);
-  } catch (error) {
-    if (request.signal.aborted) throw clientGone();
-    throw runnerFailed(model, await exitReason(lease, error));
-  } finally {
-    lease.release();
-  }
+/** Why reading an answer failed: the client left, or the runner did (and how). */
+async function readFailure({ lease, model, request }: Forwarded, error: unknown): Promise<HttpError> {
+  if (request.signal.aborted) return clientGone();
+  return runnerFailed(model, await exitReason(lease, error));
 }
 
 /**
