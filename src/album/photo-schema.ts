@@ -2,7 +2,7 @@
 // JSON.parse read exactly (a literal that a double cannot hold rounds to 2^53 or beyond, past the
 // bounds). Ajv compiles it at build time into `safe-photos.generated.ts` (npm run gen:validator):
 // compiling it when the server starts left Ajv's compiler and its output in the heap for good,
-// and that alone cost about 2.5 µs of CPU per album under bench:album (more for the garbage
+// and that alone cost 1.5–2.6 µs of CPU per album under bench:album (more for the garbage
 // collector to walk on every pass).
 
 const nullableString = { type: ["string", "null"] };
