@@ -18,6 +18,13 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 /** How long to wait for a dead runner's exit reason (its pipes drain) before answering without it. */
 const EXIT_REASON_WAIT_MS = 1000;
 
+/**
+ * How long a runner that still seems to run has to show that it died: a killed runner's sockets
+ * close as it dies, and our process may read that before it hears of the exit (both come through
+ * the event loop, in either order), which made the answer "lost the connection" instead of the kill.
+ */
+const EXIT_NOTICE_WAIT_MS = 100;
+
 export type Forwarded = {
   lease: Lease;
   model: string;
@@ -153,9 +160,9 @@ function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
 /** Why the runner failed: its exit, if it died (waited for briefly: it comes with its pipes), else the error. */
 async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
   const lost = `lost the connection (${describe(fetchError)})`;
-  if (lease.running()) return lost;
+  const wait = lease.running() ? EXIT_NOTICE_WAIT_MS : EXIT_REASON_WAIT_MS;
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const later = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), EXIT_REASON_WAIT_MS)));
+  const later = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), wait)));
   const exit = await Promise.race([lease.exited, later]);
   clearTimeout(timer);
   return exit ? describe(exit) : lost;

@@ -36,13 +36,24 @@ describe("forward, when the connection fails before an answer", () => {
     expect(l.released()).toBe(1);
   });
 
-  it("answers 502 without waiting when the retry fails too and the runner still runs", async () => {
+  it("answers 502 after a short look for an exit when the retry fails too and the runner still runs", async () => {
     const l = lease([reset, reset], () => true);
+    const began = performance.now();
     const error = (await forward(forwarded(l.lease)).catch((e: unknown) => e)) as HttpError;
     expect([error.status, error.code]).toEqual([502, "runner_failed"]);
     expect(error.message).toMatch(/lost the connection \(fetch failed: ECONNRESET\)/);
+    expect(performance.now() - began).toBeLessThan(1000);
     expect(l.sent).toHaveLength(2);
     expect(l.released()).toBe(1);
+  });
+
+  it("names the exit of a runner whose death is heard of only after its connection broke", async () => {
+    // A killed runner's socket closes as it dies; the exit may reach us a moment later.
+    const exited = new Promise<Error>((resolve) => setTimeout(() => resolve(new Error("llama-server was killed (SIGKILL)")), 20));
+    const l = lease([reset, reset], () => true, exited);
+    const error = (await forward(forwarded(l.lease)).catch((e: unknown) => e)) as HttpError;
+    expect([error.status, error.code]).toEqual([502, "runner_failed"]);
+    expect(error.message).toMatch(/SIGKILL/);
   });
 
   it("does not retry for a runner that died, and names its exit", async () => {
