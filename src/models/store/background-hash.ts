@@ -1,9 +1,12 @@
 import { Worker } from "node:worker_threads";
-import type { HashReply, HashRequest } from "./hash-worker.ts";
 
 // sha256 of a download on a thread of its own, so that hashing (about as costly as receiving
 // and writing together) runs beside them instead of after each chunk. Chunks are moved to the
 // thread, not copied: the caller hands them over once it no longer needs them (once written).
+
+/** What the thread (hash-worker.js) is sent, and what it answers. */
+export type HashRequest = { chunks: Uint8Array[] } | { done: true };
+export type HashReply = { hashed: number } | { digest: string };
 
 // Bytes handed over but not yet hashed: bounds memory when hashing is slower than the network.
 const BACKLOG_BYTES = 8 << 20;
@@ -26,7 +29,7 @@ function movable(chunks: Uint8Array[]): { chunks: Uint8Array[]; transfer: ArrayB
 }
 
 export function backgroundHash(): BackgroundHash {
-  const worker = new Worker(new URL("./hash-worker.ts", import.meta.url));
+  const worker = new Worker(new URL("./hash-worker.js", import.meta.url));
   let backlog = 0;
   let failure: Error | undefined;
   const room: Waiter[] = [];

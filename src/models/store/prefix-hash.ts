@@ -1,10 +1,13 @@
 import { Worker } from "node:worker_threads";
-import type { FileHashReply, FileHashRequest } from "./file-hash-worker.ts";
 
 // sha256 of a file written in parallel parts: parts arrive out of order, and sha256 takes bytes
 // in order only, so the hash follows the file's written prefix as it grows, on a thread of its
 // own that reads back bytes written moments before (from the page cache, not the disk). No byte
 // is kept in memory for it, and the file is read once, during the download, not after it.
+
+/** What the thread (file-hash-worker.js) is sent, and what it answers. */
+export type FileHashRequest = { open: string } | { upTo: number } | { done: true };
+export type FileHashReply = { digest: string } | { error: string };
 
 export type PrefixHash = {
   /** Says that the file's first `bytes` are written: they are hashed as soon as the thread gets there. */
@@ -16,7 +19,7 @@ export type PrefixHash = {
 };
 
 export function prefixHash(path: string): PrefixHash {
-  const worker = new Worker(new URL("./file-hash-worker.ts", import.meta.url));
+  const worker = new Worker(new URL("./file-hash-worker.js", import.meta.url));
   const post = (request: FileHashRequest) => worker.postMessage(request);
   let told = 0;
   let settle: { resolve(digest: string): void; reject(error: Error): void } | undefined;
