@@ -174,8 +174,8 @@ async function uncapped(registry: Registry, digest: string, size: number, dir: s
     console.log(
       `llamadock on ${runtime.padEnd(5)}: ${rate.toFixed(2)} GiB/s (median of ${runs.map((r) => r.seconds.toFixed(2)).join(", ")} s; ` +
         `CPU s/GiB: ours ${perGiB(runs.map((r) => r.cpu)).toFixed(2)}, registry ${perGiB(runs.map((r) => r.registry)).toFixed(2)}), ` +
-        `ratio ${(rate / curlRate).toFixed(2)} of curl, ${(rate / bound).toFixed(2)} of the bound; peak RSS ${Math.max(...runs.map((r) => r.rssMiB)).toFixed(0)} MiB, ` +
-        `the pull's own ${Math.max(...runs.map((r) => r.rssMiB - r.idleMiB)).toFixed(0)} MiB over the idle server's ${Math.min(...runs.map((r) => r.idleMiB)).toFixed(0)} (target < ${PULL_OWN_MIB})`,
+        `ratio ${(rate / curlRate).toFixed(2)} of curl, ${(rate / bound).toFixed(2)} of the bound; peak RSS ${Math.max(...runs.map((r) => r.rssMiB)).toFixed(0)} MiB ` +
+        `(idle ${Math.min(...runs.map((r) => r.idleMiB)).toFixed(0)}), the pull's own ${Math.max(...runs.map((r) => r.rssMiB - r.idleMiB)).toFixed(0)} MiB (target < ${PULL_OWN_MIB})`,
     );
   }
 }
