@@ -10,9 +10,14 @@ export function cpuMicros(pid: number | undefined): number {
   return statMicros(readFileSync(stat, "utf8"));
 }
 
-/** User + system time of a `/proc/.../stat` line, in microseconds (the name in parentheses may hold spaces). */
+/** The fields of a `/proc/.../stat` line after the name (which may hold spaces): [0] is the state, [11] utime. */
+export function statFields(stat: string): string[] {
+  return stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+}
+
+/** User + system time of a `/proc/.../stat` line, in microseconds. */
 function statMicros(stat: string): number {
-  const fields = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+  const fields = statFields(stat);
   return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / 100; // clock ticks of 10 ms
 }
 

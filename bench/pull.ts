@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtemp, open, readFile, rm, stat } from "node:fs/promises";
 import { availableParallelism, tmpdir } from "node:os";
-import { cpuMicros } from "./cpu.ts";
+import { cpuMicros, statFields } from "./cpu.ts";
 import { join } from "node:path";
 import { DEFAULT_PART_SETTINGS, splitBlob } from "../src/models/store/parts.ts";
 import { startRegistryFront } from "../test/support/registry-front.ts";
@@ -70,8 +70,8 @@ async function rssMiB(pid: number, which: "VmRSS" | "VmHWM"): Promise<number> {
 async function curlTimed(args: string[]): Promise<{ seconds: number; cpu: number }> {
   let procStat = "";
   const seconds = await curl(["-c", 'curl "$@" && cat /proc/$$/stat', "sh", ...args], "sh", (text) => (procStat += text));
-  const fields = procStat.split(") ")[1]!.split(" ");
-  return { seconds, cpu: (Number(fields[13]) + Number(fields[14])) / 100 };
+  const fields = statFields(procStat);
+  return { seconds, cpu: (Number(fields[13]) + Number(fields[14])) / 100 }; // cutime, cstime: ticks of 10 ms
 }
 
 /** `curl --parallel` fetching the ranges our pull asks for, as many at once, each into a file of its own. */
@@ -138,23 +138,25 @@ const PULL_OWN_MIB = 90;
 
 /**
  * Today's comparison: the blob from the registry itself, as fast as loopback goes, vs curl to disk.
- * Judged for the pull's memory only: curl neither hashes nor flushes, and on a machine with few cores the
- * hash's CPU alone keeps a checked pull below curl. So beside curl it prints the bound of a checked
- * pull here: the cores divided by what a GiB costs at least (curl's CPU, the registry's, a hash).
+ * Judged for the pull's memory only: curl neither hashes nor flushes, and on a machine with few
+ * cores the hash's CPU alone keeps a checked pull below curl. So beside curl it prints the bound of
+ * a checked pull here: the cores divided by what a GiB costs at least (curl's CPU, the registry's,
+ * a hash).
  */
 async function uncapped(registry: Registry, digest: string, size: number, dir: string): Promise<void> {
   const gib = size / (1 << 30);
   const registryCpu = () => cpuMicros(registry.process.pid) / 1e6;
+  const blobUrl = `${registry.url}/v2/ai/big/blobs/${digest}`;
   console.log(`blob: ${(size / (1 << 20)).toFixed(0)} MiB, ${rounds} alternating rounds, ${cores} cores`);
   // The registry's first read of the blob (from the disk, not the page cache) took 1.5-1.9 s
   // against 0.65 later, and made whichever side came first look slow: it is done once before.
-  await curlTimed(["-sSf", "-o", "/dev/null", `${registry.url}/v2/ai/big/blobs/${digest}`]);
+  await curlTimed(["-sSf", "-o", "/dev/null", blobUrl]);
   const curls: { seconds: number; cpu: number; registry: number }[] = [];
   const ours = new Map<RuntimeName, { seconds: number; rssMiB: number; idleMiB: number; cpu: number; registry: number }[]>(runtimes.map((r) => [r, []]));
   for (let round = 0; round < rounds; round += 1) {
     const output = join(dir, "curl.blob");
     let before = registryCpu();
-    const timed = await curlTimed(["-sSf", "-o", output, `${registry.url}/v2/ai/big/blobs/${digest}`]);
+    const timed = await curlTimed(["-sSf", "-o", output, blobUrl]);
     curls.push({ ...timed, registry: registryCpu() - before });
     if ((await stat(output)).size !== size) throw new Error("curl downloaded the wrong size");
     await rm(output);
