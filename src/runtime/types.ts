@@ -12,7 +12,11 @@ export type ListenTarget =
 export type ServeLimits = {
   /** A request's headers must arrive within this (slowloris); an idle keep-alive connection closes after it. */
   headersTimeoutMs: number;
-  /** Connections (Node) or requests in flight (Bun, Deno, whose servers do not count connections) at once; more get 503. */
+  /**
+   * Connections (Node, and Deno, which serves through node:http) or requests in flight (Bun, whose
+   * server does not count connections) at once: beyond it, node:http closes a new connection and
+   * Bun answers 503.
+   */
   maxConnections: number;
 };
 
