@@ -19,7 +19,8 @@ node_version="$(sed -n 's/.*"node": *"\([0-9][0-9.]*\)".*/\1/p' package.json | h
 stamp=node_modules/.package-lock.json
 if [ ! -f "$stamp" ] || [ package.json -nt "$stamp" ] || [ package-lock.json -nt "$stamp" ]; then
   log "installing dependencies with Node $node_version"
-  npx --yes -p "node@$node_version" npm install --no-audit --no-fund
+  # `npm ci`: exactly the lockfile, which lists every platform's runtime packages, and never rewrites it.
+  npx --yes -p "node@$node_version" npm ci --no-audit --no-fund
   touch "$stamp"
 fi
 
