@@ -1,0 +1,98 @@
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import { settingNames } from "../../src/config.ts";
+
+// The docs against the code: every setting the configuration accepts has a row in the reference,
+// and every relative link between README.md and docs/*.md (and each #anchor) leads somewhere.
+
+const root = resolve(import.meta.dirname, "../..");
+const docsDir = join(root, "docs");
+const pages = [join(root, "README.md"), ...readdirSync(docsDir).filter((f) => f.endsWith(".md")).map((f) => join(docsDir, f))];
+
+/** The names in the first cell of each table row, where they are written as code: `| `A`, `B` | ...`. */
+function documentedNames(markdown: string): Set<string> {
+  const names = new Set<string>();
+  for (const line of markdown.split("\n")) {
+    const cell = /^\|([^|]*)\|/.exec(line)?.[1];
+    for (const match of cell?.matchAll(/`([A-Z][A-Z0-9_]*)`/g) ?? []) names.add(match[1]!);
+  }
+  return names;
+}
+
+/** Markdown without its fenced code blocks, whose brackets are not links. */
+const prose = (markdown: string) => markdown.replace(/^```[\s\S]*?^```/gm, "");
+
+/** Every link and image target of a page: `[text](target)`, `![alt](target)`. */
+function linkTargets(markdown: string): string[] {
+  return [...prose(markdown).matchAll(/!?\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g)].map((m) => m[1]!);
+}
+
+/** The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens, repeats numbered. */
+function headingAnchors(markdown: string): Set<string> {
+  const anchors = new Set<string>();
+  const seen = new Map<string, number>();
+  for (const match of prose(markdown).matchAll(/^#{1,6}\s+(.+?)\s*#*$/gm)) {
+    const slug = match[1]!
+      .toLowerCase()
+      .replace(/\[([^\]]*)\]\([^)]*\)/g, "$1")
+      .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+      .replace(/\s/g, "-");
+    const count = seen.get(slug) ?? 0;
+    seen.set(slug, count + 1);
+    anchors.add(count ? `${slug}-${count}` : slug);
+  }
+  return anchors;
+}
+
+/** What is wrong with each relative link of the given pages: a missing file or an anchor no heading has. */
+function brokenLinks(files: string[]): string[] {
+  const broken: string[] = [];
+  for (const file of files) {
+    for (const target of linkTargets(readFileSync(file, "utf8"))) {
+      if (/^[a-z][a-z0-9+.-]*:/i.test(target)) continue; // http:, https:, mailto: ...
+      const [path, anchor] = target.split("#") as [string, string | undefined];
+      const linked = path ? resolve(dirname(file), decodeURIComponent(path)) : file;
+      const where = `${relative(root, file)} -> ${target}`;
+      if (!existsSync(linked)) broken.push(`${where}: no such file`);
+      else if (anchor !== undefined) {
+        if (!linked.endsWith(".md") || statSync(linked).isDirectory()) broken.push(`${where}: an anchor into a file that is not markdown`);
+        else if (!headingAnchors(readFileSync(linked, "utf8")).has(anchor)) broken.push(`${where}: no heading with that anchor`);
+      }
+    }
+  }
+  return broken;
+}
+
+describe("the configuration reference", () => {
+  const reference = readFileSync(join(docsDir, "configuration.md"), "utf8");
+
+  it("has a row for every setting the configuration accepts", () => {
+    expect(settingNames.length).toBeGreaterThan(40); // read from the schema, not an empty list
+    const documented = documentedNames(reference);
+    expect(settingNames.filter((name) => !documented.has(name))).toEqual([]);
+  });
+
+  it("misses a setting once its row is gone", () => {
+    const name = settingNames[settingNames.length - 1]!;
+    const withoutRow = reference.split("\n").filter((line) => !line.startsWith(`| \`${name}\``)).join("\n");
+    expect(documentedNames(reference).has(name)).toBe(true);
+    expect(documentedNames(withoutRow).has(name)).toBe(false);
+  });
+});
+
+describe("links between the docs", () => {
+  it("finds the README and every page of docs/", () => {
+    expect(pages.map((p) => relative(root, p))).toEqual(expect.arrayContaining(["README.md", "docs/configuration.md", "docs/api.md"]));
+    expect(pages.reduce((n, p) => n + linkTargets(readFileSync(p, "utf8")).length, 0)).toBeGreaterThan(20);
+  });
+
+  it("resolve: every relative link names a file that exists, and every anchor a heading in it", () => {
+    expect(brokenLinks(pages)).toEqual([]);
+  });
+
+  it("gives the anchors GitHub gives", () => {
+    const anchors = headingAnchors("# The `llamadock` command\n## What was checked, and what was not\n## Limits\n## Limits\n```\n# not a heading\n```");
+    expect([...anchors]).toEqual(["the-llamadock-command", "what-was-checked-and-what-was-not", "limits", "limits-1"]);
+  });
+});
