@@ -64,6 +64,9 @@ function brokenLinks(files: string[]): string[] {
   return broken;
 }
 
+/** The section of the reference for variables other parts read (setup, the command, compose). */
+const OUTSIDE_HEADING = "## Outside the server's settings";
+
 describe("the configuration reference", () => {
   const reference = readFileSync(join(docsDir, "configuration.md"), "utf8");
 
@@ -71,6 +74,12 @@ describe("the configuration reference", () => {
     expect(settingNames.length).toBeGreaterThan(40); // read from the schema, not an empty list
     const documented = documentedNames(reference);
     expect(settingNames.filter((name) => !documented.has(name))).toEqual([]);
+  });
+
+  it("names no setting the configuration does not accept, outside its section on other parts' variables", () => {
+    const [settings] = reference.split(OUTSIDE_HEADING);
+    expect(reference).toContain(OUTSIDE_HEADING);
+    expect([...documentedNames(settings!)].filter((name) => !settingNames.includes(name))).toEqual([]);
   });
 
   it("misses a setting once its row is gone", () => {
