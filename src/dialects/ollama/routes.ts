@@ -4,7 +4,7 @@ import { unlessAborted } from "../../http/abort.ts";
 import { readJson } from "../../http/body.ts";
 import { clientGone, HttpError } from "../../http/errors.ts";
 import type { Route } from "../../http/router.ts";
-import { infer, type InferenceDeps } from "../../inference/routes.ts";
+import { counted, infer, type InferenceDeps } from "../../inference/routes.ts";
 import type { Endpoint } from "../../inference/requests.ts";
 import { modelNotFound } from "../../models/errors.ts";
 import { resolveOr404 } from "../../models/lookup.ts";
@@ -209,15 +209,18 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
     return new Response(null, { status: 200 });
   }
 
+  /** Inference routes count in llamadock_requests_total as the other dialects' do, errors included. */
+  const countedAs = (route: string, handle: (request: Request) => Promise<Response>) => (request: Request) =>
+    counted(deps.inference.metrics, route, () => handle(request));
   const table: [Route["method"], string, (request: Request) => Promise<Response>][] = [
     ["GET", "/api/version", async () => Response.json({ version: deps.version })],
     ["GET", "/api/tags", tags],
     ["GET", "/api/ps", ps],
     ["POST", "/api/show", show],
-    ["POST", "/api/chat", chat],
-    ["POST", "/api/generate", generate],
-    ["POST", "/api/embed", embed],
-    ["POST", "/api/embeddings", embeddings],
+    ["POST", "/api/chat", countedAs("api/chat", chat)],
+    ["POST", "/api/generate", countedAs("api/generate", generate)],
+    ["POST", "/api/embed", countedAs("api/embed", embed)],
+    ["POST", "/api/embeddings", countedAs("api/embeddings", embeddings)],
     ["POST", "/api/pull", pull],
     ["DELETE", "/api/delete", remove],
     ["POST", "/api/copy", copy],
