@@ -8,6 +8,7 @@ import { buildLlamaServerArgs } from "./args.ts";
 import { findOnPath, launchEnv, type LlamaServerBinary } from "./binary.ts";
 import { SidecarError } from "./errors.ts";
 import { cleanupLeftovers, pidFilePath, writePidFile } from "./leftovers.ts";
+import { DEFAULT_LOGS_KEPT, pruneLogs } from "./log-files.ts";
 import { RunnerOutput } from "./output.ts";
 import { SidecarProcess, type Sidecar } from "./process.ts";
 import { runnerSpecSchema, type RunnerSpec } from "./spec.ts";
@@ -19,6 +20,8 @@ export interface SupervisorDeps {
   runDir: string;
   /** One bounded log per runner, `<name>.log`. */
   logDir: string;
+  /** Runner logs kept in `logDir` (live runners' always); default DEFAULT_LOGS_KEPT. */
+  logsKept?: number;
   /** How long a model may take to load. Default: 5 minutes. */
   readyTimeoutMs?: number;
   /** Between SIGTERM and SIGKILL on stop. Default: 5 s. */
@@ -67,6 +70,8 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
   const { runtime, binary, runDir, logDir } = deps;
   const prefix = parentDeathPrefix();
   const env = launchEnv(binary.path, processEnv);
+  /** The names of the runners started here and not yet exited: their logs are never pruned. */
+  const live = new Set<string>();
 
   async function spawn(args: string[], output: RunnerOutput): Promise<ChildProcess> {
     const [command, ...rest] = [...prefix, binary.path, ...args] as [string, ...string[]];
@@ -86,9 +91,19 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
     const socketPath = join(runDir, `${spec.name}.sock`);
     await claimSocket(socketPath, spec.name);
     const args = buildLlamaServerArgs(spec, socketPath);
+    await pruneLogs(logDir, deps.logsKept ?? DEFAULT_LOGS_KEPT, live);
     const output = new RunnerOutput(join(logDir, `${spec.name}.log`));
     output.write(`--- ${new Date().toISOString()} llama-server ${binary.version}: ${args.join(" ")}\n`);
-    const child = await spawn(args, output);
+    live.add(spec.name);
+    let child: ChildProcess;
+    try {
+      child = await spawn(args, output);
+    } catch (error) {
+      live.delete(spec.name);
+      throw error;
+    }
+    const exited = () => void live.delete(spec.name);
+    child.exited.then(exited, exited);
     const pidFile = pidFilePath(runDir, spec.name);
     const sidecar = new SidecarProcess({
       name: spec.name,

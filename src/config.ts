@@ -106,6 +106,8 @@ const Settings = z.object({
   // Runner sockets and pid files (a socket path may hold at most 107 bytes: keep it short).
   INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
+  // Runner logs kept there (every load writes one): the oldest go as runners start; a live runner's stays.
+  INFERENCE_LOGS_KEPT: z.coerce.number().int().min(1).default(20),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
   // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
   // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.
@@ -182,6 +184,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
+      logsKept: s.INFERENCE_LOGS_KEPT,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },

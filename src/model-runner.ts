@@ -3,6 +3,7 @@ import { createModelApi, createModelStore } from "./models/index.ts";
 import { logRoutes } from "./inference/logs.ts";
 import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
+import { requestErrorReporter } from "./http/request-errors.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
@@ -43,6 +44,8 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
   });
   const drain = createDrain();
   const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
+  // A request's work that fails with an error of ours is logged with the request and counted.
+  const report = requestErrorReporter(() => inference.deps.metrics.countRequestError());
   const fetch = globalThis.fetch.bind(globalThis);
   // Followed logs and events streams never end by themselves: they end when the server stops.
   const streamsEnd = new AbortController();
@@ -81,6 +84,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       runDir: config.inference.runtimeDir,
       notBrowser: runningText,
       ending: streamsEnd.signal,
+      report,
     }),
     ...aboutRoutes,
     ...healthRoutes({
@@ -91,7 +95,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
   ];
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
-  const routed = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX] });
+  const routed = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX], report });
   const pull = pullThrough(routed);
   pinned.start(inference.scheduler);
   const idle = () => inference.scheduler.runners().every((r) => r.inUse === 0 && r.waiting === 0);

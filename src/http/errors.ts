@@ -1,3 +1,5 @@
+import type { ReportError } from "./request-errors.ts";
+
 // One error type for every failure we answer, rendered in the OpenAI envelope
 // {"error":{"message","type","code"}}: clients written for OpenAI parse it, and so can people.
 
@@ -68,9 +70,17 @@ export const methodNotAllowed = (allow: string[]) =>
 export const clientGone = (message = "client closed the request") =>
   new HttpError(499, "invalid_request_error", "client_closed_request", message);
 
-/** Renders anything thrown by a handler; an unexpected error is a 500 that names no internals. */
-export function renderError(error: unknown): Response {
+/**
+ * Renders anything thrown by a handler; an unexpected error is a 500 that names no internals. Given
+ * its request and where to report it, it is logged with the request and the 500 names the request's
+ * id, which the log line carries too.
+ */
+export function renderError(error: unknown, request?: Request, report?: ReportError): Response {
   if (error instanceof HttpError) return error.toResponse();
-  console.error("unhandled error:", error);
-  return errorResponse(500, "server_error", "internal_error", "Internal server error");
+  if (!request || !report) {
+    console.error("unhandled error:", error);
+    return errorResponse(500, "server_error", "internal_error", "Internal server error");
+  }
+  const id = report(error, request);
+  return errorResponse(500, "server_error", "internal_error", `Internal server error (request ${id}; the server's log tells more)`, { "x-request-id": id });
 }

@@ -1,5 +1,6 @@
 import { Router, type IRequest, type RouterType } from "itty-router";
 import { methodNotAllowed, notFound, renderError } from "./errors.ts";
+import type { ReportError } from "./request-errors.ts";
 import type { FetchHandler } from "../runtime/types.ts";
 
 export type Route = {
@@ -10,7 +11,8 @@ export type Route = {
 
 /**
  * Builds a fetch handler from a route table: unknown paths answer 404, a known path with another
- * method 405 with `Allow`, and every thrown error is rendered once, here, in the OpenAI envelope.
+ * method 405 with `Allow`, and every thrown error is rendered once, here, in the OpenAI envelope
+ * (one that is not an HttpError, a bug, is given to `report` with its request: see request-errors.ts).
  * Each route is also registered under each of `prefixes` (the model runner's Unix-socket paths
  * carry `/exp/vDD4.40`): cheaper and simpler than rewriting every request's URL.
  *
@@ -19,7 +21,8 @@ export type Route = {
  * routes are split by their first literal path segment (after a prefix) into small routers, and a
  * request goes straight to its own: the same matches, in the same order, among a dozen routes.
  */
-export function routeTable(routes: Route[], { prefixes = [""] }: { prefixes?: string[] } = {}): FetchHandler {
+export function routeTable(routes: Route[], { prefixes = [""], report }: { prefixes?: string[]; report?: ReportError } = {}): FetchHandler {
+  const render = (error: unknown, request: Request) => renderError(error, request, report);
   const groups = new Map<string, Route[]>();
   for (const prefix of prefixes) {
     for (const route of routes) {
@@ -29,12 +32,12 @@ export function routeTable(routes: Route[], { prefixes = [""] }: { prefixes?: st
       groups.set(key, [...(groups.get(key) ?? []), { ...route, path }]);
     }
   }
-  const routers = new Map([...groups].map(([key, group]) => [key, router(group)]));
+  const routers = new Map([...groups].map(([key, group]) => [key, router(group, render)]));
   const exact = exactRoutes([...routers.values()]);
-  const fallback = router([]);
+  const fallback = router([], render);
   return (request) => {
     const handle = exact.get(`${request.method} ${rawPath(request.url)}`);
-    if (handle) return answer(handle, request as IRequest);
+    if (handle) return answer(handle, request as IRequest, render);
     const key = groupKey(new URL(request.url).pathname, prefixes);
     return ((key !== undefined && routers.get(key)) || fallback).fetch(request);
   };
@@ -67,14 +70,16 @@ export function rawPath(url: string): string {
   return url.slice(start, end);
 }
 
+type Render = (error: unknown, request: Request) => Response;
+
 /** One route's answer, its errors rendered as the routers render them. */
-function answer(handle: Route["handle"], request: IRequest): Response | Promise<Response> {
+function answer(handle: Route["handle"], request: IRequest, render: Render): Response | Promise<Response> {
   request.params = NO_PARAMS;
   try {
     const response = handle(request);
-    return response instanceof Promise ? response.catch(renderError) : response;
+    return response instanceof Promise ? response.catch((error: unknown) => render(error, request)) : response;
   } catch (error) {
-    return renderError(error);
+    return render(error, request);
   }
 }
 
@@ -93,8 +98,8 @@ function groupKey(path: string, prefixes: string[]): string | undefined {
   return `${prefix}|${segment}`;
 }
 
-function router(routes: Route[]): RouterType {
-  const router: RouterType = Router({ catch: renderError });
+function router(routes: Route[], render: Render): RouterType {
+  const router: RouterType = Router({ catch: render });
   for (const { method, path, handle } of routes) router[method.toLowerCase() as "get"](path, handle);
   const allowed = new Map<string, Route["method"][]>();
   for (const route of routes) allowed.set(route.path, [...(allowed.get(route.path) ?? []), route.method]);

@@ -45,6 +45,8 @@ export function createInference(
     },
     observe: metrics.observer,
     memory: memoryLimits(config.memory, runtime, launcher.binary),
+    // Runner names (their logs') go on from the previous run's, never repeat them: see firstSerial.
+    firstSerial: Date.now(),
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
   void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
@@ -84,8 +86,8 @@ function lazyLauncher(config: Config["inference"], runtime: Runtime) {
       (async () => {
         const found = await getBinary();
         console.log(`llama-server ${found.version} from ${found.path} (${found.source})`);
-        const { runtimeDir: runDir, logDir, readyTimeoutMs } = config;
-        const created = createSupervisor({ runtime, binary: found, runDir, logDir, readyTimeoutMs });
+        const { runtimeDir: runDir, logDir, logsKept, readyTimeoutMs } = config;
+        const created = createSupervisor({ runtime, binary: found, runDir, logDir, logsKept, readyTimeoutMs });
         await created.cleanupLeftovers();
         return created;
       })(),

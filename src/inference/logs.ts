@@ -16,6 +16,8 @@ export type LogDeps = {
   ending?: AbortSignal;
 };
 
+/** The modes a runner runs in, each with its own log. */
+const MODES = ["completion", "embedding", "reranking"];
 /** How often a followed log is looked at again: a file is polled, which works on every runtime. */
 const FOLLOW_INTERVAL_MS = 250;
 /** Without follow, at most this much of the end of the log is sent. */
@@ -62,8 +64,9 @@ function followStream(find: () => Promise<string | undefined>, first: string, st
           inode = info.ino;
           offset = 0;
         }
-        if (info && info.size > offset) {
-          const chunk = await readRange(path, offset, info.size);
+        // A log pruned between the look and the read is gone: the model's newest is looked for below.
+        const chunk = info && info.size > offset ? await readRange(path, offset, info.size).catch(() => undefined) : undefined;
+        if (chunk?.length) {
           offset += chunk.length;
           return controller.enqueue(chunk);
         }
@@ -76,7 +79,8 @@ function followStream(find: () => Promise<string | undefined>, first: string, st
         }
         await sleep();
       }
-      controller.close();
+      // Cancelled: the client left, and closing is not ours any more (it would throw).
+      if (!stopped) controller.close();
     },
     cancel() {
       stopped = true;
@@ -90,13 +94,14 @@ export function logRoutes(deps: LogDeps): Route[] {
     const name = query.get("model");
     if (!name) throw badRequest("missing_model", "the query parameter model is required");
     const mode = query.get("mode") ?? "completion";
-    if (mode !== "completion" && mode !== "embedding") throw badRequest("invalid_mode", 'mode must be "completion" or "embedding"');
+    if (!MODES.includes(mode)) throw badRequest("invalid_mode", 'mode must be "completion", "embedding" or "reranking"');
     const model = await deps.store.resolve(name);
     if (!model) throw new HttpError(404, "not_found_error", "model_not_found", `model not found: ${name} (llamadock pull ${name})`);
     const find = () => latestLog(deps.logDir, model.id, mode);
     const path = await find();
-    if (!path) throw noLog(name);
-    const size = (await stat(path)).size;
+    // Pruned between the listing and here: as if it were not there yet (a new runner wrote a newer one).
+    const size = path ? (await stat(path).catch(() => undefined))?.size : undefined;
+    if (!path || size === undefined) throw noLog(name);
     const tail = Number(query.get("tail") ?? DEFAULT_TAIL_BYTES);
     if (!Number.isInteger(tail) || tail < 0) throw badRequest("invalid_tail", "tail must be a whole number of bytes");
     const start = Math.max(0, size - tail);

@@ -12,6 +12,7 @@ type Labels = Record<string, string>;
 
 const FAMILIES = {
   llamadock_requests_total: ["counter", "Inference requests by route and status."],
+  llamadock_request_errors_total: ["counter", "Requests whose work failed with an error of ours (a bug), each logged with its request."],
   llamadock_runner_loads_total: ["counter", "Runner loads by model, mode and result."],
   llamadock_runner_load_seconds: ["summary", "Time from spawning a runner to its first healthy answer."],
   llamadock_runner_crashes_total: ["counter", "Runners that exited on their own while loaded."],
@@ -26,6 +27,8 @@ type Sample = { family: Family; suffix: string; labels: Labels; value: number };
 export interface InferenceMetrics {
   observer: SchedulerObserver;
   countRequest(route: string, status: number): void;
+  /** One request's work failed with an error of ours (see http/request-errors.ts). */
+  countRequestError(): void;
   /** Times one request for `model`, which arrived at `arrivedMs` (performance.now()). */
   timer(model: string, arrivedMs: number): RequestTimer;
   /** `scraped`: each runner's /metrics; `slots`: each runner's /slots. */
@@ -53,6 +56,8 @@ export function createMetrics(): InferenceMetrics {
   };
   // Counted on every request: each (route, status) sample is found without formatting its labels.
   const requests = new Map<string, Sample>();
+  // Shown from the start, at 0: an alert on its rate needs the series before the first error.
+  const requestErrors = add("llamadock_request_errors_total", {}, 0);
   return {
     observer: {
       loaded(model, mode, ms) {
@@ -69,6 +74,7 @@ export function createMetrics(): InferenceMetrics {
       if (entry) entry.value++;
       else requests.set(key, add("llamadock_requests_total", { route, status: String(status) }));
     },
+    countRequestError: () => void requestErrors.value++,
     timer: (model, arrivedMs) => latency.timer(model, arrivedMs),
     render(runners, scraped, slots = []) {
       const samples: Sample[] = [...counters.values()];

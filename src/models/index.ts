@@ -6,3 +6,4 @@ export { parseReference, type ModelReference } from "./reference.ts";
 export type { RegistryOptions } from "./registry/client.ts";
 export type { HubOptions } from "./huggingface/hub.ts";
 export type { PullStatus } from "./pull/puller.ts";
+export { progressStream, type ProgressShape } from "./pull/stream.ts";

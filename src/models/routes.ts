@@ -8,8 +8,8 @@ import { conflict, modelNotFound } from "./errors.ts";
 import { referenceParam, resolveOr404 } from "./lookup.ts";
 import { planHubPull } from "./huggingface/plan.ts";
 import type { HubOptions } from "./huggingface/hub.ts";
-import type { PullEvent } from "./pull/plan.ts";
 import { createPuller, type PullJob, type PullStatus } from "./pull/puller.ts";
+import { progressStream } from "./pull/stream.ts";
 import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
 import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
@@ -36,34 +36,6 @@ const CreateBody = z.object({ from: z.string().min(1), "bearer-token": z.string(
 const CREATE_BODY_LIMIT = 64 * 1024;
 
 export const publicModel = (m: StoredModel) => ({ id: m.id, tags: m.tags, created: m.created, config: m.config });
-
-/** NDJSON lines of a pull job; the job's end closes the stream, the client's departure stops listening. */
-function progressStream(job: PullJob, signal: AbortSignal): ReadableStream<Uint8Array> {
-  const encoder = new TextEncoder();
-  let open = true;
-  let unlisten = () => {};
-  const leave = () => {
-    if (!open) return;
-    open = false;
-    unlisten();
-  };
-  return new ReadableStream<Uint8Array>({
-    start(controller) {
-      unlisten = job.listen((event: PullEvent) => {
-        if (open) controller.enqueue(encoder.encode(`${JSON.stringify(event)}\n`));
-      });
-      // A client gone before the stream began gets no abort event: it left already.
-      if (signal.aborted) leave();
-      else signal.addEventListener("abort", leave, { once: true });
-      void job.done.then(() => {
-        if (!open) return;
-        open = false;
-        controller.close();
-      });
-    },
-    cancel: leave,
-  });
-}
 
 /** Which tags a delete removes: the named tag, or every tag when the model is named by id. */
 function tagsToRemove(store: ModelStore, model: StoredModel, reference: string): string | undefined {

@@ -41,6 +41,12 @@ export type SchedulerDeps = {
   memory?: () => Promise<MemoryLimits | undefined>;
   /** Bytes of a model's files as stored; default: their sizes on disk. */
   modelBytes?: (model: ModelRef) => Promise<number>;
+  /**
+   * The serial of the first runner (its name's last part; default 1). A process gives its start
+   * time in ms, so that its runners' names, sockets and logs follow the previous run's instead
+   * of repeating them (the newest log of a model is the one with the highest serial).
+   */
+  firstSerial?: number;
 };
 
 /** Hooks for metrics: loads, their time, crashes. */
@@ -110,7 +116,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
   const pinned = new Map<string, { model: ModelRef; mode: Mode }>();
-  let serial = 0;
+  let serial = (deps.firstSerial ?? 1) - 1;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
 

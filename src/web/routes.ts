@@ -1,6 +1,8 @@
 import { readFile } from "node:fs/promises";
 import type { IRequest } from "itty-router";
 import { notFound } from "../http/errors.ts";
+import type { ReportError } from "../http/request-errors.ts";
+import { pushStream } from "../http/stream.ts";
 import type { Route } from "../http/router.ts";
 import { liveState, type StateDeps } from "./state.ts";
 
@@ -13,6 +15,8 @@ export type WebDeps = StateDeps & {
   notBrowser: Route["handle"];
   /** Aborts when the server begins to stop: the events streams end then, or they would hold it up. */
   ending?: AbortSignal;
+  /** Where an events stream whose state cannot be read reports it (logged with its request, counted). */
+  report?: ReportError;
 };
 
 /** How often the state is looked at for changes; a change is sent once, the same state never twice. */
@@ -43,41 +47,35 @@ async function asset(name: string): Promise<Response> {
 
 const wantsPage = (request: Request) => (request.headers.get("accept") ?? "").includes("text/html");
 
-/** Server-sent events: `event: state` with the whole state, each time it changes. */
-function events(deps: StateDeps, signal: AbortSignal): ReadableStream<Uint8Array> {
-  const encoder = new TextEncoder();
+/** The last event of a stream whose state could not be read; `id` names the request in the log. */
+function failedEvent(id: string | undefined): string {
+  const message = `the state could not be read${id ? ` (request ${id}; the server's log tells more)` : ""}`;
+  return `event: error\ndata: ${JSON.stringify({ error: { message, type: "server_error", code: "internal_error" } })}\n\n`;
+}
+
+/**
+ * Server-sent events: `event: state` with the whole state, each time it changes. A state that
+ * cannot be read (the store's index) ends the stream with an `error` event: the page reconnects
+ * after a while (`retry`).
+ */
+function events(deps: StateDeps, until: AbortSignal, failed: (error: unknown) => string): ReadableStream<Uint8Array> {
   let last = "";
-  let timers: ReturnType<typeof setInterval>[] = [];
-  const stop = () => timers.forEach(clearInterval);
-  return new ReadableStream<Uint8Array>({
-    start(controller) {
-      const send = (text: string) => {
-        try {
-          controller.enqueue(encoder.encode(text));
-        } catch {
-          stop(); // the stream was closed under us
-        }
-      };
-      const look = async () => {
-        const text = JSON.stringify(await liveState(deps));
-        if (text === last) return;
-        last = text;
-        send(`event: state\ndata: ${text}\n\n`);
-      };
-      send("retry: 2000\n\n");
+  return pushStream(
+    (out) => {
+      const look = () =>
+        liveState(deps).then((state) => {
+          const text = JSON.stringify(state);
+          if (text === last) return;
+          last = text;
+          out.send(`event: state\ndata: ${text}\n\n`);
+        }, out.fail);
+      out.send("retry: 2000\n\n");
       void look();
-      timers = [setInterval(() => void look().catch(() => {}), STATE_INTERVAL_MS), setInterval(() => send(": ping\n\n"), PING_INTERVAL_MS)];
-      signal.addEventListener("abort", () => {
-        stop();
-        try {
-          controller.close();
-        } catch {
-          // already closed
-        }
-      }, { once: true });
+      const timers = [setInterval(look, STATE_INTERVAL_MS), setInterval(() => out.send(": ping\n\n"), PING_INTERVAL_MS)];
+      out.over.addEventListener("abort", () => timers.forEach(clearInterval), { once: true });
     },
-    cancel: stop,
-  });
+    { until, failed },
+  );
 }
 
 export function webRoutes(deps: WebDeps): Route[] {
@@ -88,10 +86,13 @@ export function webRoutes(deps: WebDeps): Route[] {
     {
       method: "GET",
       path: "/engines/events",
-      handle: (request: IRequest) =>
-        new Response(events(deps, deps.ending ? AbortSignal.any([request.signal, deps.ending]) : request.signal), {
+      handle: (request: IRequest) => {
+        const until = deps.ending ? AbortSignal.any([request.signal, deps.ending]) : request.signal;
+        const failed = (error: unknown) => failedEvent(deps.report?.(error, request));
+        return new Response(events(deps, until, failed), {
           headers: { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" },
-        }),
+        });
+      },
     },
   ];
 }

@@ -172,4 +172,12 @@ describe("inference", () => {
     expect(answer.status).toBe(400);
     expect(typeof answer.json().error).toBe("string");
   });
+
+  it("its inference requests count in /metrics as the other dialects' do, errors included", async () => {
+    const metrics = (await ask({ url: stack.url }, "GET", "/metrics")).body;
+    const count = (route: string, status: number) => Number(new RegExp(`^llamadock_requests_total\\{route="${route}",status="${status}"\\} (\\d+)$`, "m").exec(metrics)?.[1] ?? 0);
+    const served = Object.fromEntries(["api/chat", "api/generate", "api/embed", "api/embeddings"].map((route) => [route, count(route, 200) > 0]));
+    expect(served).toEqual({ "api/chat": true, "api/generate": true, "api/embed": true, "api/embeddings": true });
+    expect([count("api/chat", 404), count("api/embed", 400)]).toEqual([1, 1]);
+  });
 });

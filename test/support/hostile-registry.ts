@@ -56,6 +56,8 @@ export function modelArtifact(repository: string, tag: string, weights: Uint8Arr
 export type BlobMisbehaviour = {
   /** Send this many bytes of the answer, then nothing, holding the connection open. */
   stallAfter?: number;
+  /** Send the answer at this many bytes per second (a slow link), a tenth of it every 100 ms. */
+  bytesPerSecond?: number;
   /** Send nothing until this settles. */
   hold?: Promise<void>;
   /** Send this many bytes of junk (spaces) after the blob's last byte (no length declared). */
@@ -85,6 +87,8 @@ export type HostileRegistry = {
   misbehaviour: Misbehaviour;
   /** Body bytes written so far, over every answer. */
   sent(): number;
+  /** Digests of the blob answers whose client went away before the answer ended. */
+  abandoned: string[];
   add(artifact: Artifact): void;
   stop(): Promise<void>;
 };
@@ -106,6 +110,7 @@ function drainedOrClosed(response: ServerResponse): Promise<void> {
 export async function startHostileRegistry(misbehaviour: Misbehaviour = {}): Promise<HostileRegistry> {
   const artifacts: Artifact[] = [];
   const requests: string[] = [];
+  const abandoned: string[] = [];
   let sent = 0;
   let url = "";
 
@@ -121,6 +126,16 @@ export async function startHostileRegistry(misbehaviour: Misbehaviour = {}): Pro
   async function padding(response: ServerResponse, bytes: number): Promise<boolean> {
     for (let left = bytes; left > 0; left -= CHUNK.byteLength) {
       if (!(await write(response, CHUNK.subarray(0, Math.min(left, CHUNK.byteLength))))) return false;
+    }
+    return true;
+  }
+
+  /** Writes `data` a tenth of `perSecond` every 100 ms; false once the client has gone. */
+  async function trickle(response: ServerResponse, data: Uint8Array, perSecond: number): Promise<boolean> {
+    const step = Math.max(1, Math.floor(perSecond / 10));
+    for (let at = 0; at < data.byteLength; at += step) {
+      if (at > 0) await new Promise((resolve) => setTimeout(resolve, 100));
+      if (!(await write(response, data.subarray(at, at + step)))) return false;
     }
     return true;
   }
@@ -152,8 +167,11 @@ export async function startHostileRegistry(misbehaviour: Misbehaviour = {}): Pro
     if (wrong.extra === undefined) headers["content-length"] = String(body.byteLength);
     if (start > 0) headers["content-range"] = `bytes ${start}-${data.byteLength - 1}/${data.byteLength}`;
     response.writeHead(start > 0 ? 206 : 200, headers);
+    response.once("close", () => {
+      if (!response.writableFinished) abandoned.push(digest);
+    });
     if (wrong.stallAfter !== undefined) return void write(response, body.subarray(0, wrong.stallAfter));
-    if (!(await write(response, body))) return;
+    if (!(await (wrong.bytesPerSecond ? trickle(response, body, wrong.bytesPerSecond) : write(response, body)))) return;
     if (await padding(response, wrong.extra ?? 0)) response.end();
   }
 
@@ -187,6 +205,7 @@ export async function startHostileRegistry(misbehaviour: Misbehaviour = {}): Pro
     host,
     url,
     requests,
+    abandoned,
     misbehaviour,
     sent: () => sent,
     add: (artifact) => void artifacts.push(artifact),

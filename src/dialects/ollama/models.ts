@@ -1,4 +1,5 @@
 import type { StoredModel } from "../../models/index.ts";
+import type { ProgressShape } from "../../models/index.ts";
 import type { PullEvent } from "../../models/pull/plan.ts";
 import type { RunnerInfo } from "../../scheduler/scheduler.ts";
 
@@ -109,3 +110,6 @@ export function pullLines(event: PullEvent): Record<string, unknown>[] {
   const { id, size, current } = event.layer;
   return [{ status: `pulling ${hex(id).slice(0, 12)}`, digest: id, total: size, completed: current }];
 }
+
+/** A pull's progress as Ollama streams it: a first status line, then each event's lines. */
+export const OLLAMA_PROGRESS: ProgressShape = { first: [{ status: "pulling manifest" }], lines: pullLines };

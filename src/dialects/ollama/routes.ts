@@ -1,17 +1,19 @@
 import { stat } from "node:fs/promises";
 import * as z from "zod";
+import { unlessAborted } from "../../http/abort.ts";
 import { readJson } from "../../http/body.ts";
-import { HttpError } from "../../http/errors.ts";
+import { clientGone, HttpError } from "../../http/errors.ts";
 import type { Route } from "../../http/router.ts";
-import { infer, type InferenceDeps } from "../../inference/routes.ts";
+import { counted, infer, type InferenceDeps } from "../../inference/routes.ts";
 import type { Endpoint } from "../../inference/requests.ts";
 import { modelNotFound } from "../../models/errors.ts";
 import { resolveOr404 } from "../../models/lookup.ts";
-import type { ModelApi, ModelStore, StoredModel } from "../../models/index.ts";
+import { progressStream, type ModelApi, type ModelStore, type StoredModel } from "../../models/index.ts";
+import type { PullEvent } from "../../models/pull/plan.ts";
 import { parseReference } from "../../models/reference.ts";
 import { KEEP_ALIVE_PATTERN, keepAliveMs } from "../../scheduler/policy.ts";
 import type { SettingsStore } from "../../scheduler/settings.ts";
-import { pullLines, psEntries, showAnswer, tagEntries, type Sized } from "./models.ts";
+import { OLLAMA_PROGRESS, psEntries, showAnswer, tagEntries, type Sized } from "./models.ts";
 import { ndjson, ollamaError, toNdjson } from "./stream.ts";
 import * as translate from "./translate.ts";
 import { upstreamError } from "../upstream-error.ts";
@@ -176,32 +178,22 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   async function pull(request: Request): Promise<Response> {
     const req = await body(request, PullBody, SMALL_BODY);
     const job = await deps.models.pull(req.model, request.signal);
-    if (req.stream === false) return pulledWhole(job);
-    const encoder = new TextEncoder();
-    let unlisten = () => {};
-    const lines = new ReadableStream<Uint8Array>({
-      start(controller) {
-        const send = (line: object) => controller.enqueue(encoder.encode(`${JSON.stringify(line)}\n`));
-        send({ status: "pulling manifest" });
-        unlisten = job.listen((event) => pullLines(event).forEach(send));
-        void job.done.then(() => {
-          unlisten();
-          controller.close();
-        });
-      },
-      cancel: () => unlisten(),
-    });
-    return ndjson(lines);
+    if (req.stream === false) return pulledWhole(job, request.signal);
+    return ndjson(progressStream(job, request.signal, OLLAMA_PROGRESS));
   }
 
-  async function pulledWhole(job: Awaited<ReturnType<ModelApi["pull"]>>): Promise<Response> {
-    let failure: string | undefined;
-    const unlisten = job.listen((event) => {
-      if (event.type === "error") failure = event.message;
-    });
-    await job.done;
-    unlisten();
-    return failure ? ollamaError(502, failure) : Response.json({ status: "success" });
+  /** The pull's outcome in one answer; a client that leaves first cancels it, as a streamed one does. */
+  async function pulledWhole(job: Awaited<ReturnType<ModelApi["pull"]>>, presence: AbortSignal): Promise<Response> {
+    let last: PullEvent | undefined;
+    const unlisten = job.listen((event) => (last = event));
+    try {
+      await unlessAborted(job.done, presence);
+    } catch {
+      throw clientGone();
+    } finally {
+      unlisten();
+    }
+    return last?.type === "error" ? ollamaError(502, last.message) : Response.json({ status: "success" });
   }
 
   async function remove(request: Request): Promise<Response> {
@@ -217,15 +209,18 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
     return new Response(null, { status: 200 });
   }
 
+  /** Inference routes count in llamadock_requests_total as the other dialects' do, errors included. */
+  const countedAs = (route: string, handle: (request: Request) => Promise<Response>) => (request: Request) =>
+    counted(deps.inference.metrics, route, () => handle(request));
   const table: [Route["method"], string, (request: Request) => Promise<Response>][] = [
     ["GET", "/api/version", async () => Response.json({ version: deps.version })],
     ["GET", "/api/tags", tags],
     ["GET", "/api/ps", ps],
     ["POST", "/api/show", show],
-    ["POST", "/api/chat", chat],
-    ["POST", "/api/generate", generate],
-    ["POST", "/api/embed", embed],
-    ["POST", "/api/embeddings", embeddings],
+    ["POST", "/api/chat", countedAs("api/chat", chat)],
+    ["POST", "/api/generate", countedAs("api/generate", generate)],
+    ["POST", "/api/embed", countedAs("api/embed", embed)],
+    ["POST", "/api/embeddings", countedAs("api/embeddings", embeddings)],
     ["POST", "/api/pull", pull],
     ["DELETE", "/api/delete", remove],
     ["POST", "/api/copy", copy],
