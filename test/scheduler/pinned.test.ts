@@ -62,7 +62,7 @@ describe("pinned runners", () => {
   it("keeps its keep-alive whatever a request asks for (Ollama's keep_alive)", async () => {
     const { scheduler, started, pinLoaded } = setup();
     await pinLoaded(A);
-    (await scheduler.acquire(A, "completion", undefined, "0")).release();
+    (await scheduler.acquire(A, "completion", undefined, { keepAlive: "0" })).release();
     await flush();
     expect(scheduler.runners()).toMatchObject([{ pinned: true, keepAlive: "-1" }]);
     expect(started[0]!.stopped).toBe(false);
