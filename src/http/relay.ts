@@ -23,7 +23,7 @@ export function relay(
   seen?: (chunk: Uint8Array) => void,
 ): ReadableStream<Uint8Array> {
   const reader = source.getReader();
-  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let downstream!: ReadableStreamDefaultController<Uint8Array>;
   const leave = () => {
     finish();
     reader.cancel(clientGone.reason).catch(() => {});
@@ -32,7 +32,7 @@ export function relay(
     const reason = new Error(`the client read nothing for ${clientStallMs} ms`);
     finish();
     reader.cancel(reason).catch(() => {});
-    controller.error(reason);
+    downstream.error(reason);
   });
   const finish = () => {
     stalled.stop();
@@ -43,8 +43,8 @@ export function relay(
   else clientGone.addEventListener("abort", leave, { once: true });
   return new ReadableStream<Uint8Array>(
     {
-      start(given) {
-        controller = given;
+      start(controller) {
+        downstream = controller;
       },
       async pull(controller) {
         stalled.read();
