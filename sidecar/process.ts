@@ -27,6 +27,11 @@ export interface Sidecar {
   running(): boolean;
   /** SIGTERM, then SIGKILL after the grace period; resolves once the process and its files are gone. */
   stop(): Promise<void>;
+  /**
+   * SIGKILL at once, for a runner that stopped answering (a stopped process would not act on
+   * SIGTERM until it runs again); like stop(), `exited` does not settle after it.
+   */
+  kill(): Promise<void>;
   /** The last few KiB of the runner's output. */
   logTail(): string;
   readonly logPath: string;
@@ -138,16 +143,23 @@ export class SidecarProcess implements Sidecar {
   }
 
   stop(): Promise<void> {
-    this.#stopping ??= this.#stop();
+    this.#stopping ??= this.#stop(this.#parts.stopGraceMs);
     return this.#stopping;
   }
 
-  async #stop(): Promise<void> {
+  kill(): Promise<void> {
+    // A stop already under way is hurried: its SIGKILL comes now rather than after the grace.
+    if (this.#stopping && this.#state === "stopping") this.#parts.child.kill("SIGKILL");
+    this.#stopping ??= this.#stop(0);
+    return this.#stopping;
+  }
+
+  async #stop(graceMs: number): Promise<void> {
     if (this.#state === "stopped" || this.#state === "failed") return;
     this.#transition("stopping");
-    const { child, stopGraceMs } = this.#parts;
-    child.kill("SIGTERM");
-    const timer = setTimeout(() => child.kill("SIGKILL"), stopGraceMs);
+    const { child } = this.#parts;
+    child.kill(graceMs > 0 ? "SIGTERM" : "SIGKILL");
+    const timer = graceMs > 0 ? setTimeout(() => child.kill("SIGKILL"), graceMs) : undefined;
     await this.#gone;
     clearTimeout(timer);
   }

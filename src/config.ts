@@ -103,6 +103,17 @@ const Settings = z.object({
   RESPONSES_STORE_SIZE: z.coerce.number().int().min(0).default(1000),
   RESPONSES_STORE_TTL_MS: z.coerce.number().int().positive().default(3_600_000),
   INFERENCE_READY_TIMEOUT_MS: z.coerce.number().int().positive().default(300_000),
+  // A runner that stops answering is killed and its model served by a fresh one: its /health must
+  // answer within this (asked as often, idle or busy); while it streams it may send nothing for at
+  // most the stall timeout, or the prompt timeout while a request waits for its first token.
+  INFERENCE_RUNNER_HEALTH_TIMEOUT_MS: z.coerce.number().int().min(100).default(5_000),
+  INFERENCE_RUNNER_STALL_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
+  INFERENCE_RUNNER_PROMPT_TIMEOUT_MS: z.coerce.number().int().min(100).default(300_000),
+  // What one request may take of a shared runner: its time there, the tokens it may generate (a
+  // request asking for none or more gets this many), how long its client may leave a stream unread.
+  INFERENCE_REQUEST_TIMEOUT_MS: z.coerce.number().int().min(100).default(600_000),
+  INFERENCE_MAX_TOKENS: z.coerce.number().int().min(1).default(32_768),
+  INFERENCE_CLIENT_STALL_TIMEOUT_MS: z.coerce.number().int().min(100).default(60_000),
   // Runner sockets and pid files (a socket path may hold at most 107 bytes: keep it short).
   INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
@@ -182,6 +193,12 @@ function toConfig(s: z.infer<typeof Settings>) {
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
       responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
+      watch: {
+        healthTimeoutMs: s.INFERENCE_RUNNER_HEALTH_TIMEOUT_MS,
+        stallMs: s.INFERENCE_RUNNER_STALL_TIMEOUT_MS,
+        promptStallMs: s.INFERENCE_RUNNER_PROMPT_TIMEOUT_MS,
+      },
+      bounds: { timeoutMs: s.INFERENCE_REQUEST_TIMEOUT_MS, maxTokens: s.INFERENCE_MAX_TOKENS, clientStallMs: s.INFERENCE_CLIENT_STALL_TIMEOUT_MS },
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
       logsKept: s.INFERENCE_LOGS_KEPT,

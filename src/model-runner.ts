@@ -73,7 +73,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore)),
     ...rerankRoutes(inference.deps),
-    ...ollamaRoutes({ inference: inference.deps, store, models, settings: inference.settings, version: OLLAMA_API_VERSION }),
+    ...ollamaRoutes({ inference: inference.deps, store, models, version: OLLAMA_API_VERSION }),
     ...inference.routes,
     ...logRoutes({ store, logDir: config.inference.logDir, ending: streamsEnd.signal }),
     // Before aboutRoutes: `/` is the page for browsers, and DMR's text for everyone else.

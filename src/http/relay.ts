@@ -10,21 +10,32 @@ import { unlessAborted } from "./abort.ts";
  * `clientGone` ends it at once, read or not: a server adapter does not always cancel the body of a
  * client that left (the load test caught Node's leaving a few abandoned streams uncancelled, their
  * slots taken for good, and the queue behind them stuck).
+ * `clientStallMs`: a chunk the client has not taken for that long ends it too (the source is
+ * cancelled, the stream errored): the source's producer may not feel our back-pressure (llama-server
+ * keeps generating into its own memory for a client that stopped reading).
  */
 export function relay(
   source: ReadableStream<Uint8Array>,
-  { died, clientGone }: { died: AbortSignal; clientGone: AbortSignal },
+  { died, clientGone, clientStallMs }: { died: AbortSignal; clientGone: AbortSignal; clientStallMs?: number },
   done: () => void,
   lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
   /** Shown each chunk as it passes (metrics: the first byte, the last events). */
   seen?: (chunk: Uint8Array) => void,
 ): ReadableStream<Uint8Array> {
   const reader = source.getReader();
+  let downstream!: ReadableStreamDefaultController<Uint8Array>;
   const leave = () => {
     finish();
     reader.cancel(clientGone.reason).catch(() => {});
   };
+  const stalled = unreadWatch(clientStallMs, () => {
+    const reason = new Error(`the client read nothing for ${clientStallMs} ms`);
+    finish();
+    reader.cancel(reason).catch(() => {});
+    downstream.error(reason);
+  });
   const finish = () => {
+    stalled.stop();
     clientGone.removeEventListener("abort", leave);
     done();
   };
@@ -32,7 +43,11 @@ export function relay(
   else clientGone.addEventListener("abort", leave, { once: true });
   return new ReadableStream<Uint8Array>(
     {
+      start(controller) {
+        downstream = controller;
+      },
       async pull(controller) {
+        stalled.read();
         let chunk: Awaited<ReturnType<typeof reader.read>>;
         try {
           chunk = await unlessAborted(reader.read(), died);
@@ -46,7 +61,8 @@ export function relay(
         }
         if (!chunk.done) {
           seen?.(chunk.value);
-          return controller.enqueue(chunk.value);
+          controller.enqueue(chunk.value);
+          return stalled.handedOver();
         }
         finish();
         controller.close();
@@ -58,4 +74,33 @@ export function relay(
     },
     { highWaterMark: 0 },
   );
+}
+
+/**
+ * Whether a chunk handed over stays unread past `ms`: one timer per stall period, not per chunk,
+ * looking at when the last chunk was handed over and whether the client has asked for more since.
+ */
+function unreadWatch(ms: number | undefined, onStall: () => void) {
+  let since = 0; // when the chunk now waiting for the client was handed over; 0 while it asks for more
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let stopped = false;
+  const check = () => {
+    timer = undefined;
+    if (stopped || since === 0) return; // the next chunk arms it again
+    const left = ms! - (performance.now() - since);
+    if (left > 0) timer = setTimeout(check, left);
+    else onStall();
+  };
+  return {
+    read: () => void (since = 0),
+    handedOver() {
+      if (!ms || stopped) return;
+      since = performance.now();
+      timer ??= setTimeout(check, ms);
+    },
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+  };
 }

@@ -4,6 +4,7 @@ import { relay } from "../http/relay.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { RequestTimer } from "./latency.ts";
+import { requestTimedOut, type Bounds } from "./bounds.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -39,6 +40,8 @@ export type Forwarded = {
   clock?: { startedAt: number; waitedMs: number };
   /** Times the answer for the latency histograms. */
   timer?: RequestTimer;
+  /** The request's time limit and how long its client may leave a stream unread. */
+  bounds?: Pick<Bounds, "timeoutMs" | "clientStallMs">;
 };
 
 /**
@@ -56,14 +59,21 @@ export type ErrorEvent = (error: HttpError) => Uint8Array;
 
 export async function forward(forwarded: Forwarded): Promise<Response> {
   const { lease, model, request } = forwarded;
+  const ended = timeLimit(forwarded);
+  const release = () => {
+    ended.clear();
+    lease.release();
+  };
   let upstream: Response;
   const sentAt = performance.now();
+  lease.sending(forwarded.stream);
   try {
-    upstream = await send(forwarded);
+    upstream = await send(forwarded, ended.signal);
   } catch (error) {
-    lease.release();
+    release();
     throw error;
   }
+  lease.heard();
   const answeredAt = performance.now();
   const headers = new Headers(upstream.headers);
   // The body is relayed as decoded bytes: the runner's length and encoding no longer describe it.
@@ -78,50 +88,64 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     // per request on the album's path.
     let answer: ArrayBuffer;
     try {
-      answer = await unlessAborted(upstream.arrayBuffer(), lease.died);
+      answer = await unlessAborted(upstream.arrayBuffer(), ended.signal);
     } catch (error) {
-      throw await failure(forwarded, error);
+      throw await failure(forwarded, error, ended.signal);
     } finally {
-      lease.release();
+      release();
     }
     stamp(headers, forwarded, performance.now() - sentAt);
     timer?.end(upstream.ok, edges(new Uint8Array(answer)));
     return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
   }
   if (!upstream.body) {
-    lease.release();
+    release();
     return new Response(null, init);
   }
   stamp(headers, forwarded, answeredAt - sentAt);
   // The last chunks only: the stream itself is never buffered.
   const tail: Uint8Array[] = [];
   const seen = (chunk: Uint8Array) => {
-    if (tail.length === 0) timer?.firstByte();
+    lease.heard(chunk);
+    if (!timer) return;
+    if (tail.length === 0) timer.firstByte();
     tail.push(chunk);
     if (tail.length > 3) tail.shift();
   };
   const done = () => {
-    lease.release();
+    release();
     timer?.end(upstream.ok, tailText(tail));
   };
   const relayed = relay(
     upstream.body,
-    { died: lease.died, clientGone: request.signal },
+    { died: ended.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
       if (request.signal.aborted) return undefined;
       // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
-      return (forwarded.errorEvent ?? sseError)(runnerFailed(model, await exitReason(lease, error)));
+      return (forwarded.errorEvent ?? sseError)(await failure(forwarded, error, ended.signal));
     },
-    timer && seen,
+    seen,
   );
   return new Response(relayed, init);
 }
 
-/** Why a call to the runner failed, sent or read: the client left, or the runner did (and how). */
-async function failure({ lease, model, request }: Forwarded, error: unknown): Promise<HttpError> {
+/**
+ * Why a call to the runner failed, sent or read: the client left, the request ran out of time, the
+ * runner stopped answering (both are `ended`'s reason), or the runner died (and how).
+ */
+async function failure({ lease, model, request }: Forwarded, error: unknown, ended: AbortSignal): Promise<HttpError> {
   if (request.signal.aborted) return clientGone();
+  if (ended.reason instanceof HttpError) return ended.reason;
   return runnerFailed(model, await exitReason(lease, error));
+}
+
+/** Aborts when the runner dies or the request's time is up, with the error the client gets as reason. */
+function timeLimit({ lease, model, bounds }: Forwarded): { signal: AbortSignal; clear(): void } {
+  if (!bounds) return { signal: lease.died, clear: () => {} };
+  const deadline = new AbortController();
+  const timer = setTimeout(() => deadline.abort(requestTimedOut(model, bounds.timeoutMs)), bounds.timeoutMs);
+  return { signal: AbortSignal.any([lease.died, deadline.signal]), clear: () => clearTimeout(timer) };
 }
 
 /**
@@ -136,17 +160,17 @@ async function failure({ lease, model, request }: Forwarded, error: unknown): Pr
  * cancels a task whose connection closes before its answer, so no second answer could come of it.
  * A runner that died is not retried: its death is the answer, at once.
  */
-async function send(forwarded: Forwarded): Promise<Response> {
+async function send(forwarded: Forwarded, ended: AbortSignal): Promise<Response> {
   const { lease, path, body, request, stream } = forwarded;
   const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
   if (stream) headers.connection = "close";
-  const signal = AbortSignal.any([request.signal, lease.died]);
+  const signal = AbortSignal.any([request.signal, ended]);
   for (let attempt = 0; ; attempt++) {
     try {
       return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
     } catch (error) {
-      if (attempt === 0 && !request.signal.aborted && lease.running()) continue;
-      throw await failure(forwarded, error);
+      if (attempt === 0 && !signal.aborted && lease.running()) continue;
+      throw await failure(forwarded, error, ended);
     }
   }
 }

@@ -42,6 +42,7 @@ export function createInference(
       keepAlive: config.keepAlive,
       cpuCores: cpuBudget(),
       ...(config.threads ? { threads: config.threads } : {}),
+      watch: config.watch,
     },
     observe: metrics.observer,
     memory: memoryLimits(config.memory, runtime, launcher.binary),
@@ -56,6 +57,7 @@ export function createInference(
     metrics,
     bodyLimit: config.bodyLimit,
     bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia },
+    bounds: config.bounds,
     ...(admits ? { admits } : {}),
   };
   const routes = [

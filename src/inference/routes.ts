@@ -9,6 +9,7 @@ import type { Scheduler } from "../scheduler/scheduler.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import { forward, type ErrorEvent } from "./forward.ts";
+import { boundTokens, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 
@@ -23,6 +24,8 @@ export type InferenceDeps = {
   bodyLimit: number;
   /** What a body may ask of llama-server. */
   bodyPolicy: BodyPolicy;
+  /** What one request may take of a shared runner. */
+  bounds: Bounds;
   /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
   admits?: (modelId: string) => boolean;
 };
@@ -73,6 +76,8 @@ export type InferOptions = {
   requestedAs?: (model: string) => void;
   /** How long the runner stays loaded once idle after this request (Ollama's per-request `keep_alive`). */
   keepAlive?: string;
+  /** The context the runner should have, for this runner only (Ollama's `num_ctx`). */
+  contextSize?: number;
   /** Told when the runner's slot is granted (the time before it is the load). */
   leased?: () => void;
   /**
@@ -86,17 +91,21 @@ export type InferOptions = {
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
   const startedAt = performance.now();
   const given = "json" in options;
-  const body = given ? encodeJson(options.json, deps.bodyLimit) : await readBody(request, deps.bodyLimit);
-  const json = given ? options.json : parseJson(body);
-  const requested = requestedModel(endpoint, json);
+  const read = given ? undefined : await readBody(request, deps.bodyLimit);
+  const parsed = read ? parseJson(read) : options.json;
+  const requested = requestedModel(endpoint, parsed);
   options.requestedAs?.(requested);
-  policeBody(json, deps.bodyPolicy);
+  policeBody(parsed, deps.bodyPolicy);
+  const json = boundTokens(endpoint, parsed, deps.bounds.maxTokens);
+  // Encoded once: as it came, unless a dialect wrote it or the bound changed it.
+  const body = read && json === parsed ? read : encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const waitFrom = performance.now();
   let lease: Lease;
   try {
-    lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, options.keepAlive);
+    const { keepAlive, contextSize } = options;
+    lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, { ...(keepAlive ? { keepAlive } : {}), ...(contextSize ? { contextSize } : {}) });
   } catch (error) {
     if (request.signal.aborted) throw clientGone();
     // A delete that ran between the lookup above and the load took the model's file with it: to
@@ -111,8 +120,12 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   const name = model.tags[0] ?? model.id;
   const timer = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
   const clock = { startedAt, waitedMs };
-  return forward({ lease, model: name, path, body, request, stream, clock, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}), ...(timer ? { timer } : {}) });
+  const { bounds } = deps;
+  return forward({ lease, model: name, path, body, request, stream, clock, bounds, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}), ...(timer ? { timer } : {}) });
 }
+
+/** Room for the token limit the bound adds to a body that was at the size limit. */
+const BOUND_FIELD_BYTES = 64;
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";
 

@@ -20,6 +20,10 @@ export const modelPinned = (model: string) =>
 export const runnerFailed = (model: string, cause: unknown) =>
   new HttpError(502, "upstream_error", "runner_failed", `the runner of model ${model} failed: ${describe(cause)}`);
 
+/** The runner stopped answering (see watchdog.ts) and was killed; the next request gets a fresh one. */
+export const runnerUnresponsive = (model: string, why: string) =>
+  new HttpError(502, "upstream_error", "runner_unresponsive", `the runner of model ${model} stopped answering (${why}) and was restarted; retry the request`);
+
 /** The request's runner went away (reloaded, unloaded) more than once while it waited. */
 export const runnerGone = (model: string) =>
   new HttpError(503, "unavailable_error", "runner_gone", `the runner of model ${model} stopped while the request waited; retry shortly`, {

@@ -1,8 +1,12 @@
-import { loadFailed, queueFull, RunnerGone } from "./errors.ts";
+import { loadFailed, queueFull, RunnerGone, runnerUnresponsive } from "./errors.ts";
 import { keepAliveMs } from "./policy.ts";
 import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
 import type { Estimate } from "./memory/estimate.ts";
 import { formatSize } from "../models/gguf.ts";
+import { watchRunner, type Watchdog, type WatchLimits } from "./watchdog.ts";
+import { createLease, type Lease } from "./lease.ts";
+
+export type { Lease };
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
 // and the leases it hands out. Only `enter` changes the state; callers read it and ask (`acquire`,
@@ -18,21 +22,6 @@ const NEXT: Record<RunnerState, RunnerState[]> = {
   stopped: [],
 };
 
-/** One request's hold on a runner slot; released when the response body ends. */
-export interface Lease {
-  readonly fetch: typeof fetch;
-  /** Why the runner ended, once it has (for the error a client gets). */
-  readonly exited: Promise<Error>;
-  /** Whether the runner's process runs at this moment. */
-  running(): boolean;
-  /**
-   * Aborts when the runner's process ends on its own. Not every runtime's fetch notices a peer that
-   * died in the middle of a body (undici under Deno waits on), so a request listens for this too.
-   */
-  readonly died: AbortSignal;
-  release(): void;
-}
-
 export type RunnerEvents = {
   /** The runner has no request and none waiting (room for another load may come from it). */
   idle(runner: Runner): void;
@@ -40,6 +29,8 @@ export type RunnerEvents = {
   expired(runner: Runner): void;
   /** Stopped for good: load failure, crash, or stop. */
   gone(runner: Runner, crashed: boolean): void;
+  /** It stopped answering and is being killed: new requests must go to a fresh runner at once. */
+  unresponsive(runner: Runner, why: string): void;
   loaded(runner: Runner, ms: number): void;
   loadFailed(runner: Runner): void;
 };
@@ -65,6 +56,10 @@ export type RunnerOptions = {
   threadsFixed: boolean;
   /** Its estimated memory and where it lives, when the scheduler keeps a budget. */
   memory?: Estimate & { where: "gpu" | "cpu" };
+  /** The context a request asked for when it launched this runner (before it was bounded). */
+  requestedContext?: number;
+  /** How a hung runner is told from a busy one (see watchdog.ts); none: it is not watched. */
+  watch?: WatchLimits;
 };
 
 /** How long a runner may take to answer a scrape before it is left out. */
@@ -84,6 +79,7 @@ export class Runner {
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
   private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
+  private watchdog: Watchdog | undefined;
   #keepAlive: { text: string; ms: number };
   private markStopped!: () => void;
 
@@ -177,6 +173,7 @@ export class Runner {
 
   async stop(): Promise<void> {
     this.cancelKeepAlive();
+    this.watchdog?.stop();
     if (this.state === "loading") this.loadAbort.abort(new Error("unloaded while loading"));
     else if (this.state === "ready" || this.state === "draining") {
       this.enter("stopping");
@@ -208,6 +205,7 @@ export class Runner {
       return this.finish(false);
     }
     this.enter("ready");
+    if (this.options.watch) this.watchdog = watchRunner(this.process, this.options.watch, (why) => this.hung(why));
     this.events.loaded(this, Date.now() - began);
     void this.process.exited.then((reason) => {
       this.death.abort(reason);
@@ -224,6 +222,25 @@ export class Runner {
     return `its estimate was ${formatSize(memory.total)} of ${memory.where === "gpu" ? "GPU memory" : "memory"}`;
   }
 
+  /**
+   * It stopped answering: the requests on it fail at once with a 502 (`died` aborts with it), those
+   * queued for it go to a fresh runner, and the process is killed (SIGKILL: a stopped process would
+   * not act on SIGTERM). Counted as a crash.
+   */
+  private hung(why: string): void {
+    if (this.state !== "ready" && this.state !== "draining") return;
+    this.enter("stopping");
+    this.cancelKeepAlive();
+    console.error(`runner ${this.options.spec.name} of model ${this.options.model} stopped answering (${why}): killed`);
+    this.death.abort(runnerUnresponsive(this.options.model, why));
+    this.failWaiters(new RunnerGone());
+    this.events.unresponsive(this, why);
+    void this.process!.kill().catch(() => {}).then(() => {
+      this.enter("stopped");
+      this.finish(true);
+    });
+  }
+
   /** The process ended without being asked to: a crash. */
   private onExit(): void {
     if (this.state !== "ready" && this.state !== "draining") return;
@@ -234,6 +251,7 @@ export class Runner {
 
   private finish(crashed: boolean): void {
     this.cancelKeepAlive();
+    this.watchdog?.stop();
     this.markStopped();
     this.events.gone(this, crashed);
   }
@@ -241,22 +259,12 @@ export class Runner {
   private lease(): Lease {
     this.#inUse++;
     this.cancelKeepAlive();
-    const process = this.process!;
-    let released = false;
-    return {
-      fetch: process.fetch,
-      exited: process.exited,
-      running: () => process.running(),
-      died: this.death.signal,
-      release: () => {
-        if (released) return;
-        released = true;
-        this.#inUse--;
-        this.#lastUsed = Date.now();
-        this.grantWaiters();
-        this.checkIdle();
-      },
-    };
+    return createLease(this.process!, this.death.signal, this.watchdog, () => {
+      this.#inUse--;
+      this.#lastUsed = Date.now();
+      this.grantWaiters();
+      this.checkIdle();
+    });
   }
 
   private grantWaiters(): void {

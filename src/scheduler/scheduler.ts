@@ -3,9 +3,10 @@ import { modelInUse, modelPinned, queueFull, RunnerGone, runnerGone, shuttingDow
 import { unlessAborted } from "../http/abort.ts";
 import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
+import type { WatchLimits } from "./watchdog.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelBytes } from "./memory/detect.ts";
-import { sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
+import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
@@ -27,6 +28,23 @@ export type SchedulerLimits = {
   cpuCores: number;
   /** Threads per runner, fixed; default: the cores shared among the runners loaded. */
   threads?: number;
+  /** How a runner that stopped answering is noticed (then killed and replaced); none: never. */
+  watch?: WatchLimits;
+};
+
+/** What one request asks of its runner beyond the model's settings. */
+export type RunnerWish = {
+  /**
+   * How long the runner then stays loaded once idle (as Ollama's per-request keep_alive: until the
+   * next request, which without one brings back the configured keep-alive).
+   */
+  keepAlive?: string;
+  /**
+   * A context size for this runner only (Ollama's `num_ctx`), bounded by what fits; the saved
+   * settings stay as they are. A loaded runner with another context is replaced once its requests
+   * end; a request without a wish takes the runner loaded, whatever its context.
+   */
+  contextSize?: number;
 };
 
 export type SchedulerDeps = {
@@ -75,12 +93,8 @@ export type RunnerInfo = {
 };
 
 export interface Scheduler {
-  /**
-   * A slot on the model's runner for `mode`, loading it first if needed. `keepAlive` is how long
-   * the runner then stays loaded once idle (as Ollama's per-request keep_alive: until the next
-   * request, which without one brings back the configured keep-alive).
-   */
-  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal, keepAlive?: string): Promise<Lease>;
+  /** A slot on the model's runner for `mode`, loading it first if needed. */
+  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal, wish?: RunnerWish): Promise<Lease>;
   /** Loads the runner in the background (after configure), if it is not loaded. */
   preload(model: ModelRef, mode: Mode): void;
   /**
@@ -143,6 +157,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       // A load that failed is not retried here (it would fail again at once); readiness asks again.
       if (crashed) repin(runner.options.key);
     },
+    unresponsive(runner) {
+      if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
+      leaving.add(runner);
+    },
   };
 
   function unloadRunner(runner: Runner): Promise<void> {
@@ -166,7 +184,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   }
 
   function preload(model: ModelRef, mode: Mode): void {
-    void withRunner(model, mode, undefined, () => {}).catch(() => {});
+    void withRunner(model, mode, undefined, {}, () => {}).catch(() => {});
   }
 
   /**
@@ -193,22 +211,27 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    * that what `use` does (take a lease, join the queue) makes the runner busy before anything else
    * can evict it.
    */
-  async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, use: (runner: Runner) => T): Promise<T> {
+  async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, wish: RunnerWish, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
+    // A pinned runner keeps its context: a request's wish would reload it back and forth.
+    const wanted = pinned.has(key) ? undefined : wish.contextSize;
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
     let budget: { memory: MemoryLimits | undefined; weights: number } | undefined;
     const loaded = () => {
       signal?.throwIfAborted();
       if (closed) throw shuttingDown();
       if (deleting.has(model.id)) throw modelNotFound(modelName(model));
-      return active.get(key);
+      const runner = active.get(key);
+      if (!runner || wanted === undefined || hasContext(runner, wanted)) return runner;
+      replace(runner); // its requests end first; this one goes to a runner with the context it asks for
+      return undefined;
     };
     for (;;) {
       // A loaded runner is used at once (most requests): only a launch needs the settings.
       const existing = loaded();
       if (existing) return use(existing);
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
-      const settings = await deps.settings.get(model.id);
+      let settings = await deps.settings.get(model.id);
       if (loaded()) continue;
       if (!budget) {
         const memory = await deps.memory?.();
@@ -216,6 +239,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         continue; // what was read above may have changed meanwhile: decide afresh
       }
       const { memory, weights } = budget;
+      const slots = settings.slots ?? deps.limits.slots;
+      if (wanted !== undefined) settings = { ...settings, contextSize: boundContext(model, settings, slots, weights, memory, wanted) };
       const views = [...active.values(), ...leaving].map((r) => ({
         // Unique per runner: a replaced runner still draining shares its (model, mode) key.
         key: r.options.spec.name,
@@ -227,14 +252,13 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         pinned: pinned.has(r.options.key),
         bytes: r.options.memory?.total ?? 0,
       }));
-      const slots = settings.slots ?? deps.limits.slots;
       // Sized beside the runners that stay (those stopping give their memory back soon); a model
       // that cannot fit even alone throws its 507 here, before anything is unloaded.
       const others = views.reduce((sum, v) => sum + (v.stopping ? 0 : v.bytes), 0);
       const sizing = memory && sizeLaunch(model, settings, slots, weights, others, memory);
       const need = sizing && memory ? { bytes: sizing.estimate.total, budget: memory.budget.bytes } : undefined;
       const plan = pickEviction(views, deps.limits.maxRunners, need);
-      if (plan.kind === "room") return use(launch(model, mode, settings, sizing));
+      if (plan.kind === "room") return use(launch(model, mode, settings, sizing, wanted));
       // The unloads go on if the client leaves; only the wait for them ends.
       if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
       else await waitForRoom(key, slots, model, signal);
@@ -257,7 +281,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     }
   }
 
-  function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing?: Sizing): Runner {
+  function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing: Sizing | undefined, requestedContext: number | undefined): Runner {
     const slots = settings.slots ?? deps.limits.slots;
     const keepAlive = pinned.has(runnerKey(model.id, mode)) ? "-1" : (settings.keepAlive ?? deps.limits.keepAlive);
     const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
@@ -276,6 +300,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       queueDepth: deps.limits.queueDepth,
       keepAlive,
       ...(sizing ? { memory: { ...sizing.estimate, where: sizing.where } } : {}),
+      ...(deps.limits.watch ? { watch: deps.limits.watch } : {}),
+      ...(requestedContext !== undefined ? { requestedContext } : {}),
     };
     const runner = new Runner(options, deps.start, events);
     active.set(options.key, runner);
@@ -304,18 +330,21 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     return { ...(offload ? { gpuLayers: "all" } : {}), ...(sizing?.contextSize !== undefined ? { contextSize: sizing.contextSize } : {}) };
   }
 
+  /** Whether the runner was launched for this context, as asked or as it came out. */
+  const hasContext = (runner: Runner, context: number) => runner.options.requestedContext === context || runner.options.spec.contextSize === context;
+
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
     [...runners].filter((r) => r.options.modelId === model.id);
 
   return {
-    async acquire(model, mode, signal, keepAlive) {
+    async acquire(model, mode, signal, wish = {}) {
       // A runner that goes away while this request waits in its queue (crash, reload, unload): one
       // more try on a fresh one, then a 503 the client may retry.
       for (let attempt = 0; ; attempt++) {
         try {
-          return await withRunner(model, mode, signal, (runner) => {
+          return await withRunner(model, mode, signal, wish, (runner) => {
             // A pinned runner never expires: a request's keep_alive does not apply to it.
-            if (!pinned.has(runner.options.key)) runner.keepFor(keepAlive ?? runner.options.keepAlive);
+            if (!pinned.has(runner.options.key)) runner.keepFor(wish.keepAlive ?? runner.options.keepAlive);
             return runner.acquire(signal);
           });
         } catch (error) {

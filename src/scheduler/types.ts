@@ -16,6 +16,8 @@ export interface RunnerProcess {
   /** Whether the process runs at this moment (a death shows here before `exited` settles). */
   running(): boolean;
   stop(): Promise<void>;
+  /** SIGKILL now: for a runner that stopped answering. Like `stop`, `exited` does not settle after it. */
+  kill(): Promise<void>;
 }
 
 /** Starts a runner and resolves once it answers `/health`; rejects with the runner's error. */

@@ -17,6 +17,8 @@ function lease(attempts: Array<() => Promise<Response>>, running: () => boolean,
     exited,
     running,
     died: new AbortController().signal,
+    sending: () => {},
+    heard: () => {},
     release: () => void released++,
   };
   return { lease: value, sent, released: () => released };

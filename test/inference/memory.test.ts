@@ -125,6 +125,21 @@ describe("memory-aware scheduling", () => {
     expect(cost(long.context_size + 256)).toBeGreaterThan(BUDGET - cost(512));
   });
 
+  it("bounds an Ollama num_ctx by what fits, the saved settings as they were", async () => {
+    await unloadAll();
+    const saved = async () => (await ask(tcp(), "GET", "/engines/_configure?model=ai/long")).json();
+    const before = await saved();
+    const answer = await ask(tcp(), "POST", "/api/generate", { model: "ai/long", prompt: "hi", stream: false, options: { num_ctx: 65536, num_predict: 1 } });
+    expect(answer.status).toBe(200);
+    // The largest context that fits the whole budget, not the 65536 asked for (nor a 507).
+    const long = (await entry("long"))!;
+    expect(long.context_size).toBeLessThan(65536);
+    expect(cost(long.context_size)).toBeLessThanOrEqual(BUDGET);
+    expect(cost(long.context_size + 256)).toBeGreaterThan(BUDGET);
+    expect(await saved()).toEqual(before);
+    expect((await ask(tcp(), "POST", CHAT, chat("ai/long"))).status).toBe(200);
+  });
+
   it("answers 507 for a configured context that cannot fit, with the context that would", async () => {
     expect((await configure({ model: "ai/long", "context-size": 65536 })).status).toBe(202);
     const answer = await ask(tcp(), "POST", CHAT, chat("ai/long"));

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
 import { until } from "../support/until.ts";
 import { startStack, type Stack } from "./harness.ts";
+import { bulkyChat, pausedStream } from "../support/paused-stream.ts";
 
 // Ollama's /api with the official client (ollama-js), the server under Bun, real runners and
 // models pulled from the test registry.
@@ -159,11 +160,46 @@ describe("inference", () => {
     expect(new Date(String(kept!.expires_at)).getUTCFullYear()).toBeGreaterThan(2100);
   });
 
-  it("options.num_ctx becomes the model's context size", async () => {
-    await client().chat({ model: "ai/tiny", messages: [{ role: "user", content: "x" }], options: { num_ctx: 256, num_predict: 1 } });
-    const configured = (await ask({ url: stack.url }, "GET", "/engines/_configure?model=ai/tiny")).json();
-    expect(configured[0].Config["context-size"]).toBe(256);
-    expect(await stack.runnerLogs()).toMatch(/--ctx-size 256/);
+  describe("options.num_ctx", () => {
+    const saved = async () => (await ask({ url: stack.url }, "GET", "/engines/_configure?model=ai/tiny")).json();
+    const context = async () => ((await ask({ url: stack.url }, "GET", "/engines/ps")).json() as { model_name: string; context_size: number }[]).filter((r) => r.model_name === "ai/tiny:latest").map((r) => r.context_size);
+    const chatWith = (numCtx?: number) => client().chat({ model: "ai/tiny", messages: [{ role: "user", content: "x" }], options: { ...(numCtx ? { num_ctx: numCtx } : {}), num_predict: 1 } });
+
+    it("sizes the runner it loads and never the saved settings, alternating or not", async () => {
+      const before = await saved();
+      for (const numCtx of [256, 384, 256, 384]) {
+        expect((await chatWith(numCtx)).done).toBe(true);
+        expect(await context()).toEqual([numCtx]);
+      }
+      expect(await saved()).toEqual(before);
+      // A request without num_ctx takes the runner loaded, as it is: no reload.
+      expect((await chatWith()).done).toBe(true);
+      expect(await context()).toEqual([384]);
+      expect(await stack.runnerLogs()).toMatch(/--ctx-size 256/);
+    });
+
+    it("is bounded: a huge one loads what fits, and the next plain request is served", async () => {
+      const before = await saved();
+      expect((await chatWith(100_000_000)).done).toBe(true);
+      // No more than the trained context (512) for each of the 4 slots.
+      expect(await context()).toEqual([2048]);
+      expect(await saved()).toEqual(before);
+      await client().generate({ model: "ai/tiny", prompt: "", keep_alive: 0 });
+      expect((await chatWith()).done).toBe(true);
+    });
+
+    it("reloads for another value once the stream in flight has ended, never cutting it", async () => {
+      const held = await pausedStream(stack.socket, "/v1/chat/completions", bulkyChat("ai/tiny"));
+      expect((await chatWith(1024)).done).toBe(true);
+      // Served by a fresh runner while the replaced one still serves the held stream.
+      const runners = (await ask({ url: stack.url }, "GET", "/engines/ps")).json() as { context_size: number; state: string; in_use: boolean }[];
+      expect(runners.map((r) => [r.context_size, r.state, r.in_use]).sort()).toEqual([[1024, "ready", false], [2048, "draining", true]].sort());
+      const text = await held.rest();
+      expect(text.trim().endsWith("data: [DONE]")).toBe(true);
+      expect(text).not.toContain('"error"');
+      await until(async () => (await context()).length === 1, "the replaced runner to stop");
+      expect(await context()).toEqual([1024]);
+    });
   });
 
   it("errors of inference in Ollama's shape: a model it does not have", async () => {

@@ -23,7 +23,7 @@ function handler(deletedAfterLookup: boolean) {
     settings: { get: async () => ({}), all: async () => ({}), update: async () => ({}) },
     limits: { maxRunners: 1, slots: 1, queueDepth: 1, keepAlive: "5m", cpuCores: 2 },
   });
-  return routeTable(inferenceRoutes({ store, scheduler, metrics: createMetrics(), bodyLimit: 65536, bodyPolicy: { allowRemoteMedia: false } }));
+  return routeTable(inferenceRoutes({ store, scheduler, metrics: createMetrics(), bodyLimit: 65536, bodyPolicy: { allowRemoteMedia: false }, bounds: { timeoutMs: 60_000, maxTokens: 4096, clientStallMs: 60_000 } }));
 }
 
 const chat = () =>

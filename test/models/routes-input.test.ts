@@ -71,7 +71,7 @@ describe("a malformed escape in a model reference (B6: decodeURIComponent threw 
   it("answers 400 on the OpenAI-compatible API", async () => {
     api = await modelApi();
     // Getting a model uses only the store; the scheduler is never reached.
-    const handler = routeTable(inferenceRoutes({ store: api.store, scheduler: {} as Scheduler, metrics: createMetrics(), bodyLimit: 1024, bodyPolicy: { allowRemoteMedia: false } }));
+    const handler = routeTable(inferenceRoutes({ store: api.store, scheduler: {} as Scheduler, metrics: createMetrics(), bodyLimit: 1024, bodyPolicy: { allowRemoteMedia: false }, bounds: { timeoutMs: 60_000, maxTokens: 4096, clientStallMs: 60_000 } }));
     for (const base of ["/v1", "/engines/llama.cpp/v1"]) {
       const answer = await call(handler, "GET", `${base}/models/${bad}`);
       expect(answer.status, base).toBe(400);

@@ -24,6 +24,9 @@ export function fakeStarter(fetchFor?: (spec: RunnerSpec) => typeof fetch) {
         async stop() {
           process.stopped = true;
         },
+        async kill() {
+          process.stopped = true;
+        },
         crash: (message) => ((crashed = true), settleExit(new Error(message))),
       };
       signal?.addEventListener("abort", () => reject(signal.reason));

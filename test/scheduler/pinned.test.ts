@@ -50,6 +50,15 @@ describe("pinned runners", () => {
   beforeEach(() => void vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] }));
   afterEach(() => void vi.useRealTimers());
 
+  it("keeps its context whatever context a request asks for", async () => {
+    const { scheduler, started, pinLoaded } = setup();
+    await pinLoaded(A);
+    (await scheduler.acquire(A, "completion", undefined, { contextSize: 8192 })).release();
+    await flush();
+    expect(started).toHaveLength(1);
+    expect(started[0]!.stopped).toBe(false);
+  });
+
   it("resolves once the runner is ready, and outlives every keep-alive", async () => {
     const { scheduler, started, pinLoaded } = setup();
     await pinLoaded(A);
@@ -62,7 +71,7 @@ describe("pinned runners", () => {
   it("keeps its keep-alive whatever a request asks for (Ollama's keep_alive)", async () => {
     const { scheduler, started, pinLoaded } = setup();
     await pinLoaded(A);
-    (await scheduler.acquire(A, "completion", undefined, "0")).release();
+    (await scheduler.acquire(A, "completion", undefined, { keepAlive: "0" })).release();
     await flush();
     expect(scheduler.runners()).toMatchObject([{ pinned: true, keepAlive: "-1" }]);
     expect(started[0]!.stopped).toBe(false);

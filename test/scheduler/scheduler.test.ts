@@ -263,6 +263,27 @@ describe("scheduler", () => {
     (await fresh).release();
   });
 
+  it("a request's context (Ollama's num_ctx) loads a runner with it after the old one's requests, keeping the settings", async () => {
+    const settings = memorySettings({ [A.id]: { contextSize: 512 } });
+    const { scheduler, finishLoads, started, leaseLoaded } = setup({ maxRunners: 4 }, settings);
+    const held = await leaseLoaded(A);
+    const wanted = scheduler.acquire(A, "completion", undefined, { contextSize: 1024 });
+    await flush();
+    await finishLoads();
+    (await wanted).release();
+    expect(started.map((r) => r.spec.contextSize)).toEqual([512, 1024]);
+    // The first runner drains: it stops once the request it serves ends.
+    expect(started[0]!.stopped).toBe(false);
+    held.release();
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    // The same wish again, and a request with none, take the runner loaded: no reload.
+    (await scheduler.acquire(A, "completion", undefined, { contextSize: 1024 })).release();
+    (await scheduler.acquire(A, "completion")).release();
+    expect(started).toHaveLength(2);
+    expect(await settings.get(A.id)).toEqual({ contextSize: 512 });
+  });
+
   const threadsOf = (spec: RunnerSpec) => Number(spec.extraArgs![spec.extraArgs!.indexOf("--threads") + 1]);
 
   it("B17.2: shares the cores among the runners loaded; a runner above its new share is replaced after its requests", async () => {

@@ -12,7 +12,6 @@ import { progressStream, type ModelApi, type ModelStore, type StoredModel } from
 import type { PullEvent } from "../../models/pull/plan.ts";
 import { parseReference } from "../../models/reference.ts";
 import { KEEP_ALIVE_PATTERN, keepAliveMs } from "../../scheduler/policy.ts";
-import type { SettingsStore } from "../../scheduler/settings.ts";
 import { OLLAMA_PROGRESS, psEntries, showAnswer, tagEntries, type Sized } from "./models.ts";
 import { ndjson, ollamaError, toNdjson } from "./stream.ts";
 import * as translate from "./translate.ts";
@@ -27,7 +26,6 @@ export type OllamaDeps = {
   inference: InferenceDeps;
   store: ModelStore;
   models: ModelApi;
-  settings: SettingsStore;
   /** The version /api/version reports. */
   version: string;
 };
@@ -60,29 +58,22 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   const { store } = deps;
   const body = <T>(request: Request, schema: z.ZodType<T>, limit = deps.inference.bodyLimit) => readJson(request, limit, schema);
 
-  /** The model a request names, with num_ctx applied to its settings (a change reloads it, as in Ollama). */
-  async function prepare(name: string, opts: translate.OllamaOptions | undefined): Promise<StoredModel> {
+  /** The model a request names (a replica that serves only its pinned models refuses others here too). */
+  async function prepare(name: string): Promise<StoredModel> {
     const model = await resolveOr404(store, name);
-    // A replica that serves only its pinned models refuses others here too (before any settings change or load).
     if (deps.inference.admits && !deps.inference.admits(model.id)) throw modelNotFound(name);
-    const numCtx = opts?.num_ctx;
-    if (typeof numCtx === "number" && Number.isInteger(numCtx) && numCtx > 0) {
-      const current = (await deps.settings.get(model.id)).contextSize;
-      if (current !== numCtx) {
-        await deps.settings.update(model.id, { contextSize: numCtx });
-        deps.inference.scheduler.reload(model);
-      }
-    }
     return model;
   }
 
   /** One request to llama-server through the shared inference path, timed for Ollama's counters. */
-  async function run(request: Request, endpoint: Endpoint, openai: Record<string, unknown>, keep: string | number | undefined) {
+  async function run(request: Request, endpoint: Endpoint, openai: Record<string, unknown>, keep: string | number | undefined, opts: translate.OllamaOptions | undefined) {
     const startedAt = Date.now();
     let loadedAt = startedAt;
+    const contextSize = numCtx(opts);
     const response = await infer(deps.inference, endpoint, request, {
       json: openai,
       ...(keep !== undefined ? { keepAlive: String(keep) } : {}),
+      ...(contextSize ? { contextSize } : {}),
       leased: () => (loadedAt = Date.now()),
     });
     const clock = () => ({ startedAt, loadedAt, now: Date.now() });
@@ -90,34 +81,36 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   }
 
   /** An empty prompt loads the model (or with keep_alive 0 unloads it): Ollama's load and `ollama stop`. */
-  async function loadOrUnload(model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate") {
+  async function loadOrUnload(model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate", opts: translate.OllamaOptions | undefined) {
     const base = { model: name, created_at: new Date().toISOString(), ...(kind === "chat" ? { message: { role: "assistant", content: "" } } : { response: "" }), done: true };
     if (keep !== undefined && keepAliveMs(String(keep)) === 0) {
       await deps.inference.scheduler.unload((runner) => runner.modelId === model.id);
       return Response.json({ ...base, done_reason: "unload" });
     }
-    const lease = await deps.inference.scheduler.acquire(model, "completion", undefined, keep === undefined ? undefined : String(keep));
+    const contextSize = numCtx(opts);
+    const wish = { ...(keep !== undefined ? { keepAlive: String(keep) } : {}), ...(contextSize ? { contextSize } : {}) };
+    const lease = await deps.inference.scheduler.acquire(model, "completion", undefined, wish);
     lease.release();
     return Response.json({ ...base, done_reason: "load" });
   }
 
   async function chat(request: Request): Promise<Response> {
     const chat = await body(request, ChatBody);
-    const model = await prepare(chat.model, chat.options);
-    if (!chat.messages?.length) return loadOrUnload(model, chat.model, chat.keep_alive, "chat");
+    const model = await prepare(chat.model);
+    if (!chat.messages?.length) return loadOrUnload(model, chat.model, chat.keep_alive, "chat", chat.options);
     const stream = chat.stream ?? true; // Ollama streams unless told not to
     const openai = translate.chatRequest(chat as translate.OllamaChat, stream);
-    const { response, clock } = await run(request, "chat/completions", openai, chat.keep_alive);
+    const { response, clock } = await run(request, "chat/completions", openai, chat.keep_alive, chat.options);
     return answer(response, stream, "chat", chat.model, clock);
   }
 
   async function generate(request: Request): Promise<Response> {
     const gen = await body(request, GenerateBody);
-    const model = await prepare(gen.model, gen.options);
-    if (!gen.prompt && !gen.images?.length) return loadOrUnload(model, gen.model, gen.keep_alive, "generate");
+    const model = await prepare(gen.model);
+    if (!gen.prompt && !gen.images?.length) return loadOrUnload(model, gen.model, gen.keep_alive, "generate", gen.options);
     const stream = gen.stream ?? true;
     const { endpoint, body: openai } = translate.generateRequest(gen as translate.OllamaGenerate, stream);
-    const { response, clock } = await run(request, endpoint, openai, gen.keep_alive);
+    const { response, clock } = await run(request, endpoint, openai, gen.keep_alive, gen.options);
     return answer(response, stream, "generate", gen.model, clock);
   }
 
@@ -131,9 +124,9 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
 
   async function embed(request: Request): Promise<Response> {
     const req = await body(request, EmbedBody);
-    await prepare(req.model, req.options);
+    await prepare(req.model);
     const openai = { model: req.model, input: req.input, ...(req.dimensions ? { dimensions: req.dimensions } : {}) };
-    const { response, clock } = await run(request, "embeddings", openai, req.keep_alive);
+    const { response, clock } = await run(request, "embeddings", openai, req.keep_alive, req.options);
     if (!response.ok) return errorFromUpstream(response);
     const answer = (await response.json()) as { data: { embedding: number[] }[]; usage?: { prompt_tokens?: number } };
     const { total_duration, load_duration } = translate.counters(undefined, undefined, clock());
@@ -142,8 +135,8 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
 
   async function embeddings(request: Request): Promise<Response> {
     const req = await body(request, EmbeddingsBody);
-    await prepare(req.model, req.options);
-    const { response } = await run(request, "embeddings", { model: req.model, input: req.prompt }, req.keep_alive);
+    await prepare(req.model);
+    const { response } = await run(request, "embeddings", { model: req.model, input: req.prompt }, req.keep_alive, req.options);
     if (!response.ok) return errorFromUpstream(response);
     const answer = (await response.json()) as { data: { embedding: number[] }[] };
     return Response.json({ embedding: answer.data[0]?.embedding ?? [] });
@@ -226,6 +219,15 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
     ["POST", "/api/copy", copy],
   ];
   return table.map(([method, path, handle]) => ({ method, path, handle: inOllamaShape(handle) }));
+}
+
+/**
+ * `num_ctx`: the context the runner should have. Unlike a configured context it is not saved: as in
+ * Ollama it holds for the runner it loads, and the model's settings stay as they are.
+ */
+function numCtx(opts: translate.OllamaOptions | undefined): number | undefined {
+  const value = opts?.num_ctx;
+  return typeof value === "number" && Number.isInteger(value) && value > 0 ? value : undefined;
 }
 
 /** Our errors, and llama-server's, as Ollama's `{"error": "..."}` with the same status. */

@@ -73,3 +73,18 @@ function check(model: ModelRef, sizing: Sizing, limits: MemoryLimits, fitting: (
   const where = sizing.where === "gpu" ? "GPU memory" : "memory";
   throw modelTooLarge(`model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`);
 }
+
+/**
+ * A context one request asks for (Ollama's `num_ctx`), bounded: at most the model's trained context
+ * for each slot (llama-server caps each slot there, yet would allocate the cache for all of it), and
+ * at most what fits in the whole budget (the runners beside it are unloaded to make room, as for any
+ * launch). When not even the smallest context fits, the launch refuses it with the usual 507.
+ */
+export function boundContext(model: ModelRef, settings: ModelSettings, slots: number, weights: number, limits: MemoryLimits | undefined, wanted: number): number {
+  const shape = shapeOf(model.config?.gguf ?? {}, model.config?.architecture);
+  if (!shape) return wanted;
+  const trained = shape.trainedContext !== undefined ? Math.min(wanted, shape.trainedContext * slots) : wanted;
+  if (!limits) return trained;
+  const run = { slots, flags: settings.runtimeFlags ?? [] };
+  return largestFittingContext(shape, weights, run, limits.budget.bytes, trained) ?? trained;
+}

@@ -1,0 +1,47 @@
+import type { RunnerProcess } from "./types.ts";
+import type { Watchdog, Watched } from "./watchdog.ts";
+
+// A request's hold on a slot of a runner: the runner's fetch, what tells the request that the runner
+// died, and what tells the runner's watchdog that the runner is alive.
+
+/** One request's hold on a runner slot; released when the response body ends. */
+export interface Lease {
+  readonly fetch: typeof fetch;
+  /** Why the runner ended, once it has (for the error a client gets). */
+  readonly exited: Promise<Error>;
+  /** Whether the runner's process runs at this moment. */
+  running(): boolean;
+  /**
+   * Aborts when the runner's process ends on its own, or is killed for not answering (the reason is
+   * then the error for the client). Not every runtime's fetch notices a peer that died in the
+   * middle of a body (undici under Deno waits on), so a request listens for this too.
+   */
+  readonly died: AbortSignal;
+  /**
+   * The request is being sent (`stream`: its answer comes as SSE): from now until its release the
+   * runner's watchdog counts it, and each `heard` (the answer's headers, each chunk) as a sign of life.
+   */
+  sending(stream: boolean): void;
+  heard(chunk?: Uint8Array): void;
+  release(): void;
+}
+
+/** A lease on `process`; `released` runs once, at the first `release`. */
+export function createLease(process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void): Lease {
+  let done = false;
+  let watched: Watched | undefined;
+  return {
+    fetch: process.fetch,
+    exited: process.exited,
+    running: () => process.running(),
+    died,
+    sending: (stream) => void (watched = watchdog?.track(stream)),
+    heard: (chunk) => watched?.heard(chunk),
+    release: () => {
+      if (done) return;
+      done = true;
+      watched?.end();
+      released();
+    },
+  };
+}
