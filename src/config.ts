@@ -22,6 +22,10 @@ const baseUrl = z
   // A path prefix is kept; a trailing slash is dropped so that joining never doubles it.
   .transform((value) => value.replace(/\/+$/, ""));
 
+/** A size in bytes, written as bytes or with a unit (`64MiB`), at least one byte. */
+const size = (fallback: string) =>
+  z.string().regex(BYTES_PATTERN, "a size like 4MiB or 1000000").default(fallback).transform(parseBytes).pipe(z.number().int().min(1));
+
 const hostList = z.string().transform((value) => value.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean));
 
 const credentialList = z.string().transform((value, context) => {
@@ -49,6 +53,8 @@ const Settings = z.object({
   ALBUM_SOCKET: z.string().min(1).optional(),
   PHOTOS_API_BASE_URL: baseUrl.default("https://jsonplaceholder.typicode.com"),
   PHOTOS_API_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
+  // The largest photo service answer read (beyond it: 502 upstream_too_large); a size like 4MiB.
+  PHOTOS_API_MAX_BYTES: size("4MiB"),
   RUNNER_HOST: z.string().min(1).default("127.0.0.1"),
   RUNNER_PORT: port.default(12434),
   // `none` turns the Unix socket off.
@@ -151,6 +157,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       socketPath: s.ALBUM_SOCKET,
       photosBaseUrl: s.PHOTOS_API_BASE_URL,
       photosTimeoutMs: s.PHOTOS_API_TIMEOUT_MS,
+      photosMaxBytes: s.PHOTOS_API_MAX_BYTES,
     },
     runner: {
       host: s.RUNNER_HOST,
