@@ -107,6 +107,8 @@ const Settings = z.object({
   INFERENCE_BODY_LIMIT: z.coerce.number().int().positive().default(10 * 1024 * 1024),
   // OpenAI Responses kept in memory for previous_response_id and GET /v1/responses/{id}.
   RESPONSES_STORE_SIZE: z.coerce.number().int().min(0).default(1000),
+  // ...and no more than this in all (their JSON text); the least recently used go first.
+  RESPONSES_STORE_MAX_BYTES: size("64MiB"),
   RESPONSES_STORE_TTL_MS: z.coerce.number().int().positive().default(3_600_000),
   INFERENCE_READY_TIMEOUT_MS: z.coerce.number().int().positive().default(300_000),
   // Runner sockets and pid files (a socket path may hold at most 107 bytes: keep it short).
@@ -185,7 +187,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
-      responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
+      responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxBytes: s.RESPONSES_STORE_MAX_BYTES, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
