@@ -8,6 +8,7 @@ import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
+import type { MediaInliner } from "./media/fetch.ts";
 import { forward, type ErrorEvent } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
@@ -23,6 +24,8 @@ export type InferenceDeps = {
   bodyLimit: number;
   /** What a body may ask of llama-server. */
   bodyPolicy: BodyPolicy;
+  /** Fetches the remote media a body may carry (when allowed) into the body, as data: URLs. */
+  inlineMedia?: MediaInliner;
   /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
   admits?: (modelId: string) => boolean;
 };
@@ -86,13 +89,19 @@ export type InferOptions = {
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
   const startedAt = performance.now();
   const given = "json" in options;
-  const body = given ? encodeJson(options.json, deps.bodyLimit) : await readBody(request, deps.bodyLimit);
+  let body = given ? encodeJson(options.json, deps.bodyLimit) : await readBody(request, deps.bodyLimit);
   const json = given ? options.json : parseJson(body);
   const requested = requestedModel(endpoint, json);
   options.requestedAs?.(requested);
-  policeBody(json, deps.bodyPolicy);
+  const remoteMedia = policeBody(json, deps.bodyPolicy);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
+  if (remoteMedia.length > 0) {
+    // Fetched by us, not by llama-server (see media/fetch.ts), before a runner's slot is taken.
+    if (!deps.inlineMedia) throw new HttpError(500, "server_error", "media_fetch_unavailable", "remote media are allowed but cannot be fetched here");
+    await deps.inlineMedia(remoteMedia, request.signal);
+    body = encodeJson(json, Number.POSITIVE_INFINITY);
+  }
   const waitFrom = performance.now();
   let lease: Lease;
   try {
