@@ -32,6 +32,7 @@ export async function buildServices(config: Config, runtime: Runtime): Promise<S
         fetch: runtime.upstreamFetch,
         baseUrl: config.album.photosBaseUrl,
         timeoutMs: config.album.photosTimeoutMs,
+        maxBytes: config.album.photosMaxBytes,
         clock: systemClock,
       }),
       // Host and Origin checks as for the model runner; its contract has no API key.

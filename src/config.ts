@@ -22,6 +22,10 @@ const baseUrl = z
   // A path prefix is kept; a trailing slash is dropped so that joining never doubles it.
   .transform((value) => value.replace(/\/+$/, ""));
 
+/** A size in bytes, written as bytes or with a unit (`64MiB`), at least one byte. */
+const size = (fallback: string) =>
+  z.string().regex(BYTES_PATTERN, "a size like 4MiB or 1000000").default(fallback).transform(parseBytes).pipe(z.number().int().min(1));
+
 const hostList = z.string().transform((value) => value.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean));
 
 const credentialList = z.string().transform((value, context) => {
@@ -49,6 +53,8 @@ const Settings = z.object({
   ALBUM_SOCKET: z.string().min(1).optional(),
   PHOTOS_API_BASE_URL: baseUrl.default("https://jsonplaceholder.typicode.com"),
   PHOTOS_API_TIMEOUT_MS: z.coerce.number().int().positive().default(10_000),
+  // The largest photo service answer read (beyond it: 502 upstream_too_large); a size like 4MiB.
+  PHOTOS_API_MAX_BYTES: size("4MiB"),
   RUNNER_HOST: z.string().min(1).default("127.0.0.1"),
   RUNNER_PORT: port.default(12434),
   // `none` turns the Unix socket off.
@@ -101,6 +107,8 @@ const Settings = z.object({
   INFERENCE_BODY_LIMIT: z.coerce.number().int().positive().default(10 * 1024 * 1024),
   // OpenAI Responses kept in memory for previous_response_id and GET /v1/responses/{id}.
   RESPONSES_STORE_SIZE: z.coerce.number().int().min(0).default(1000),
+  // ...and no more than this in all (their JSON text); the least recently used go first.
+  RESPONSES_STORE_MAX_BYTES: size("64MiB"),
   RESPONSES_STORE_TTL_MS: z.coerce.number().int().positive().default(3_600_000),
   INFERENCE_READY_TIMEOUT_MS: z.coerce.number().int().positive().default(300_000),
   // A runner that stops answering is killed and its model served by a fresh one: its /health must
@@ -164,6 +172,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       socketPath: s.ALBUM_SOCKET,
       photosBaseUrl: s.PHOTOS_API_BASE_URL,
       photosTimeoutMs: s.PHOTOS_API_TIMEOUT_MS,
+      photosMaxBytes: s.PHOTOS_API_MAX_BYTES,
     },
     runner: {
       host: s.RUNNER_HOST,
@@ -191,7 +200,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
-      responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
+      responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxBytes: s.RESPONSES_STORE_MAX_BYTES, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
       watch: {
         healthTimeoutMs: s.INFERENCE_RUNNER_HEALTH_TIMEOUT_MS,

@@ -4,6 +4,7 @@ import { logRoutes } from "./inference/logs.ts";
 import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { requestErrorReporter } from "./http/request-errors.ts";
+import { callerScope } from "./http/guard.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
@@ -71,7 +72,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     ...models.routes,
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),
-    ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore)),
+    ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore), callerScope(config.security.apiKeys)),
     ...rerankRoutes(inference.deps),
     ...ollamaRoutes({ inference: inference.deps, store, models, version: OLLAMA_API_VERSION }),
     ...inference.routes,

@@ -9,6 +9,7 @@ describe("config", () => {
       port: 8080,
       photosBaseUrl: "https://jsonplaceholder.typicode.com",
       photosTimeoutMs: 10_000,
+      photosMaxBytes: 4 * 1024 * 1024,
     });
   });
 

@@ -3,7 +3,7 @@ import { rawPath, routeTable } from "../http/router.ts";
 import type { FetchHandler } from "../runtime/types.ts";
 import { exactInteger, INT64_TEXT, int64Param } from "./int64.ts";
 import { deadline } from "./deadline.ts";
-import { callFailure, parsePhotos, refusal, requestPhotos, type Photo, type PhotoServiceDeps } from "./photos.ts";
+import { callFailure, parsePhotos, photosText, refusal, requestPhotos, type Photo, type PhotoServiceDeps } from "./photos.ts";
 
 export type AlbumDeps = PhotoServiceDeps;
 
@@ -40,7 +40,7 @@ async function album(deps: AlbumDeps, idParam: string, clientSignal: AbortSignal
   try {
     const response = await requestPhotos(deps, albumId, call.signal);
     if (response.status >= 300) return await refusal(response);
-    return albumResponse(albumId, parsePhotos(await response.text()));
+    return albumResponse(albumId, parsePhotos(await photosText(response, deps.maxBytes)));
   } catch (error) {
     return renderError(error instanceof HttpError ? error : callFailure(error, call, clientSignal, deps.timeoutMs));
   } finally {

@@ -1,4 +1,5 @@
 import * as z from "zod";
+import { readAtMost } from "../http/body.ts";
 import { HttpError } from "../http/errors.ts";
 import type { Clock } from "./deadline.ts";
 import { Int64Json, parseJsonWithExactIds } from "./int64.ts";
@@ -13,6 +14,8 @@ export type PhotoServiceDeps = {
   /** Base URL without a trailing slash; a path prefix is kept. */
   baseUrl: string;
   timeoutMs: number;
+  /** The largest answer body read, in bytes (decoded); beyond it the call is cut and answered 502. */
+  maxBytes: number;
   /** Times the upstream call out. */
   clock: Clock;
 };
@@ -56,6 +59,34 @@ export async function refusal(response: Response): Promise<Response> {
   if (response.status >= 400) return new Response(null, { status: response.status });
   return gatewayError(502, "upstream_unexpected_status", `photo service answered ${response.status}`).toResponse();
 }
+
+/**
+ * The text of a 2xx answer, never more than `maxBytes`: a hostile or broken photo service could
+ * send gigabytes. A declared length bounds the read by itself (the cheap common case: one native
+ * read); a body without one, or one the runtime's fetch decodes (a gzip body of a few kilobytes can
+ * inflate to gigabytes whatever its Content-Length), is counted as it streams and cut at the bound.
+ * Cutting cancels the body, which closes the connection. Throws a 502 `HttpError` beyond the bound.
+ */
+export function photosText(response: Response, maxBytes: number): Promise<string> {
+  const declared = response.headers.get("content-length");
+  const length = declared === null || response.headers.has("content-encoding") ? NaN : Number(declared);
+  if (length <= maxBytes) return response.text();
+  if (length > maxBytes) {
+    response.body?.cancel().catch(() => {});
+    throw tooLarge(maxBytes);
+  }
+  return countedText(response, maxBytes);
+}
+
+async function countedText(response: Response, maxBytes: number): Promise<string> {
+  if (!response.body) return "";
+  return utf8.decode(await readAtMost(response.body.getReader(), maxBytes, () => tooLarge(maxBytes)));
+}
+
+const utf8 = new TextDecoder();
+
+const tooLarge = (maxBytes: number) =>
+  gatewayError(502, "upstream_too_large", `photo service answered with more than ${maxBytes} bytes (PHOTOS_API_MAX_BYTES)`);
 
 /** Why a call that threw failed, as the status a gateway owes its caller. */
 export function callFailure(error: unknown, call: { expired(): boolean }, clientSignal: AbortSignal, timeoutMs: number): HttpError {

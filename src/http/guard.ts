@@ -183,12 +183,31 @@ const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&
 /** Keys are compared as sha256 digests: equal lengths, and the comparison takes the same time. */
 const digest = (key: string) => createHash("sha256").update(key).digest();
 
-function keyAccepted(request: Request, keys: Buffer[]): boolean {
+/** The API key a request carries: `Authorization: Bearer <key>`, else `x-api-key`. */
+function givenKey(request: Request): string | undefined {
   const bearer = /^Bearer\s+(.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim();
-  const given = bearer ?? request.headers.get("x-api-key") ?? undefined;
+  return bearer ?? request.headers.get("x-api-key") ?? undefined;
+}
+
+function keyAccepted(request: Request, keys: Buffer[]): boolean {
+  const given = givenKey(request);
   if (!given) return false;
   const candidate = digest(given);
   let accepted = false;
   for (const key of keys) accepted = timingSafeEqual(candidate, key) || accepted; // no early exit
   return accepted;
+}
+
+/**
+ * Whom a request speaks for, where data is kept per caller (stored responses): with API keys
+ * configured, a digest of the key it carries (the guard has checked it; never the key itself);
+ * without, everyone is one caller whatever key a client sends. A request on the Unix socket
+ * without a key (its peer is trusted) is the empty scope.
+ */
+export function callerScope(apiKeys: string[]): (request: Request) => string {
+  if (apiKeys.length === 0) return () => "";
+  return (request) => {
+    const given = givenKey(request);
+    return given ? digest(given).toString("base64url") : "";
+  };
 }

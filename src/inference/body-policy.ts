@@ -1,5 +1,6 @@
 import { badRequest } from "../http/errors.ts";
-import { isLoopback } from "../http/guard.ts";
+import { isAddress, isPublicAddress } from "./media/address.ts";
+import { isInline, mediaRefs, type MediaRef } from "./media/refs.ts";
 
 // llama-server trusts its callers, and we are its only caller: what a request body may ask of it
 // is policed here, before it is forwarded. One table of refused values, each with why it is there.
@@ -27,42 +28,34 @@ const RULES: Rule[] = [
 
 export type BodyPolicy = { allowRemoteMedia: boolean };
 
-/** Refuses (400) a body that asks llama-server for something no client of ours may ask. */
-export function policeBody(body: unknown, policy: BodyPolicy): void {
-  if (typeof body !== "object" || body === null) return;
+/**
+ * Refuses (400) a body that asks llama-server for something no client of ours may ask. Returns the
+ * media given by http(s) URL that may be fetched (remote media allowed, and the URL names no
+ * address that is not public): the caller fetches them (see media/fetch.ts) before forwarding.
+ */
+export function policeBody(body: unknown, policy: BodyPolicy): MediaRef[] {
+  if (typeof body !== "object" || body === null) return [];
   const fields = body as Record<string, unknown>;
   for (const rule of RULES) {
     if (rule.field in fields && rule.refuse(fields[rule.field])) {
       throw badRequest("field_not_allowed", `${rule.field} ${rule.why} (got ${JSON.stringify(fields[rule.field])})`);
     }
   }
-  for (const url of mediaUrls(fields.messages)) {
-    const why = refusedMedia(url, policy);
+  const remote: MediaRef[] = [];
+  for (const ref of mediaRefs(body)) {
+    const value = ref.holder[ref.key] as string;
+    if (isInline(value)) continue;
+    const why = refusedMedia(value, policy);
     if (why) throw badRequest("media_not_allowed", `media URL refused: ${why}`);
+    remote.push(ref);
   }
+  return remote;
 }
 
-/** The URLs of media parts in chat messages: OpenAI's `image_url`, `input_audio`, `file`, and Anthropic's image sources. */
-function* mediaUrls(messages: unknown): Generator<string> {
-  if (!Array.isArray(messages)) return;
-  for (const message of messages) {
-    const content = (message as { content?: unknown } | null)?.content;
-    if (!Array.isArray(content)) continue;
-    for (const part of content as Record<string, unknown>[]) {
-      if (typeof part !== "object" || part === null) continue;
-      const image = part.image_url as { url?: unknown } | string | undefined;
-      const candidates = [
-        typeof image === "string" ? image : image?.url,
-        (part.source as { url?: unknown } | undefined)?.url,
-        (part.input_audio as { url?: unknown } | undefined)?.url,
-        (part.file as { file_url?: unknown } | undefined)?.file_url,
-      ];
-      for (const candidate of candidates) if (candidate !== undefined) yield String(candidate);
-    }
-  }
-}
-
-/** Why a media URL may not be sent on, or undefined. `data:` always passes. */
+/**
+ * Why a media URL may not be fetched, or undefined. A name is judged later, by the addresses it
+ * resolves to, where the connection is made; an address written in the URL is judged here.
+ */
 export function refusedMedia(url: string, policy: BodyPolicy): string | undefined {
   let parsed: URL;
   try {
@@ -70,21 +63,8 @@ export function refusedMedia(url: string, policy: BodyPolicy): string | undefine
   } catch {
     return "not a URL";
   }
-  if (parsed.protocol === "data:") return undefined;
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return `${parsed.protocol} URLs are never fetched`;
   if (!policy.allowRemoteMedia) return "remote media are off (ALLOW_REMOTE_MEDIA); send the media as a data: URL";
-  if (isLoopback(parsed.hostname) || isPrivateAddress(parsed.hostname)) return `${parsed.hostname} is a local or private address`;
+  if (isAddress(parsed.hostname) && !isPublicAddress(parsed.hostname)) return `${parsed.hostname} is not a public address`;
   return undefined;
-}
-
-/** Private, link-local and unspecified addresses, IPv4 and IPv6 (as written in a URL). */
-export function isPrivateAddress(host: string): boolean {
-  const name = host.toLowerCase().replace(/^\[(.*)\]$/, "$1");
-  const v4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(name);
-  if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
-    return a === 10 || a === 0 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 169 && b === 254) || (a === 100 && b >= 64 && b <= 127);
-  }
-  if (name.includes(":")) return name === "::" || /^f[cd]/.test(name) || /^fe[89ab]/.test(name) || name.startsWith("::ffff:");
-  return name.endsWith(".local") || name.endsWith(".internal") || !name.includes(".");
 }

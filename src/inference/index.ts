@@ -15,9 +15,13 @@ import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
 import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
+import { createMediaInliner } from "./media/fetch.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
+
+/** What the remote media of one request may take together: llama-server's own bound on one fetch. */
+const REMOTE_MEDIA_LIMITS = { maxBytes: 10 * 1024 * 1024, timeoutMs: 10_000 };
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
 export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; stop(): Promise<void> };
@@ -58,6 +62,7 @@ export function createInference(
     bodyLimit: config.bodyLimit,
     bodyPolicy: { allowRemoteMedia: config.allowRemoteMedia },
     bounds: config.bounds,
+    ...(config.allowRemoteMedia ? { inlineMedia: createMediaInliner(REMOTE_MEDIA_LIMITS) } : {}),
     ...(admits ? { admits } : {}),
   };
   const routes = [

@@ -8,6 +8,7 @@ import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
+import type { MediaInliner } from "./media/fetch.ts";
 import { forward, type ErrorEvent } from "./forward.ts";
 import { boundTokens, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
@@ -26,6 +27,8 @@ export type InferenceDeps = {
   bodyPolicy: BodyPolicy;
   /** What one request may take of a shared runner. */
   bounds: Bounds;
+  /** Fetches the remote media a body may carry (when allowed) into the body, as data: URLs. */
+  inlineMedia?: MediaInliner;
   /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
   admits?: (modelId: string) => boolean;
 };
@@ -95,12 +98,19 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   const parsed = read ? parseJson(read) : options.json;
   const requested = requestedModel(endpoint, parsed);
   options.requestedAs?.(requested);
-  policeBody(parsed, deps.bodyPolicy);
+  const remoteMedia = policeBody(parsed, deps.bodyPolicy);
+  // A shallow copy at most: the media parts policeBody found are still the ones in `json`.
   const json = boundTokens(endpoint, parsed, deps.bounds.maxTokens);
   // Encoded once: as it came, unless a dialect wrote it or the bound changed it.
-  const body = read && json === parsed ? read : encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
+  let body = read && json === parsed ? read : encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
+  if (remoteMedia.length > 0) {
+    // Fetched by us, not by llama-server (see media/fetch.ts), before a runner's slot is taken.
+    if (!deps.inlineMedia) throw new HttpError(500, "server_error", "media_fetch_unavailable", "remote media are allowed but cannot be fetched here");
+    await deps.inlineMedia(remoteMedia, request.signal);
+    body = encodeJson(json, Number.POSITIVE_INFINITY);
+  }
   const waitFrom = performance.now();
   let lease: Lease;
   try {

@@ -53,9 +53,23 @@ function unixFetch(socketPath: string): typeof fetch {
  * Bun's fetch sends a request again when a reused keep-alive connection is reset before the answer
  * (and Bun maps the npm `undici` to that same fetch). Without keep-alive no connection is reused,
  * so no request is resent: one TCP connect per call is the price of exactly-once.
+ * Bun's fetch also inflates a compressed body natively, ahead of the reader and without bound (a
+ * 256 KB gzip body, 256 MiB of zeros, took a process from 49 to 207 MiB though its reader stopped
+ * after 1 MiB): so the
+ * body is taken as it came (no encoding is asked for, then) and inflated by a DecompressionStream,
+ * which inflates only as far as it is read, as Node's and Deno's fetch do.
  */
 const upstreamFetch = ((input: RequestInfo | URL, init?: RequestInit) =>
-  fetch(input, { ...init, keepalive: false })) as typeof fetch;
+  fetch(input, { ...init, keepalive: false, decompress: false }).then(inflating)) as typeof fetch;
+
+const FORMATS: Record<string, string> = { gzip: "gzip", "x-gzip": "gzip", deflate: "deflate", br: "brotli", zstd: "zstd" };
+
+function inflating(response: Response): Response {
+  const encoding = response.headers.get("content-encoding");
+  const format = encoding === null ? undefined : FORMATS[encoding.trim().toLowerCase()];
+  if (!format || !response.body) return response;
+  return new Response(response.body.pipeThrough(new DecompressionStream(format as CompressionFormat)), response);
+}
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const out = options.output ?? "pipe";

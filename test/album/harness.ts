@@ -20,7 +20,7 @@ export function usePhotoService(): { readonly upstream: PhotoService } {
 }
 
 export function album(deps: Partial<AlbumDeps> & { baseUrl: string }) {
-  const handler = createAlbumHandler({ fetch: globalThis.fetch, timeoutMs: 5_000, clock: systemClock, ...deps });
+  const handler = createAlbumHandler({ fetch: globalThis.fetch, timeoutMs: 5_000, maxBytes: 4 << 20, clock: systemClock, ...deps });
   return (path: string, init?: RequestInit) => Promise.resolve(handler(new Request(`http://album.test${path}`, init)));
 }
 

@@ -67,3 +67,48 @@ export async function startPhotoService(answer: Answer = albumOf(3)): Promise<Ph
       }),
   };
 }
+
+/**
+ * A hostile photo service: answers 200 and streams photos without end (up to `upTo` bytes, a bound
+ * on the test, never reached when the album service cuts the call), as fast as the other side
+ * reads. `sent()` is what went out, `closed()` how many of its connections have closed.
+ */
+export function flood(options: { declaredLength?: number; upTo?: number } = {}) {
+  const upTo = options.upTo ?? 2 ** 30;
+  const chunk = Buffer.from(`${photoJson("1")},`.repeat(512));
+  let sent = 0;
+  let closed = 0;
+  const answer: Answer = (request, response) => {
+    request.socket.once("close", () => closed++);
+    const length = options.declaredLength;
+    response.writeHead(200, { "content-type": "application/json", ...(length === undefined ? {} : { "content-length": String(length) }) });
+    const pump = () => {
+      while (sent < upTo && !response.destroyed) {
+        sent += chunk.byteLength;
+        if (!response.write(chunk)) return void response.once("drain", pump);
+      }
+    };
+    response.write("[");
+    pump();
+  };
+  return { answer, sent: () => sent, closed: () => closed };
+}
+
+/**
+ * `size` bytes of zeros, gzip-compressed (about a thousandth of their size): a body whose small
+ * Content-Length says nothing of what it inflates to.
+ */
+export async function gzipBomb(size: number): Promise<Buffer> {
+  const { createGzip } = await import("node:zlib");
+  const gzip = createGzip({ level: 9 });
+  const parts: Buffer[] = [];
+  gzip.on("data", (part: Buffer) => parts.push(part));
+  const done = new Promise((resolve) => gzip.once("end", resolve));
+  const zeros = Buffer.alloc(1 << 20);
+  for (let written = 0; written < size; written += zeros.byteLength) {
+    if (!gzip.write(zeros)) await new Promise((resolve) => gzip.once("drain", resolve));
+  }
+  gzip.end();
+  await done;
+  return Buffer.concat(parts);
+}

@@ -123,7 +123,7 @@ function runnerRouteTable(): Route[] {
     ...inferenceRoutes({ metrics, bodyLimit: 1 } as unknown as Parameters<typeof inferenceRoutes>[0]),
     ...engineRoutes({ metrics } as unknown as Parameters<typeof engineRoutes>[0]),
     ...anthropicRoutes({ metrics } as unknown as Parameters<typeof anthropicRoutes>[0]),
-    ...responsesRoutes({ metrics } as unknown as Parameters<typeof responsesRoutes>[0], createResponseStore({ maxEntries: 1, maxAgeMs: 1 })),
+    ...responsesRoutes({ metrics } as unknown as Parameters<typeof responsesRoutes>[0], createResponseStore({ maxEntries: 1, maxBytes: 1, maxAgeMs: 1 }), () => ""),
     ...rerankRoutes({ metrics } as unknown as Parameters<typeof rerankRoutes>[0]),
     ...ollamaRoutes({} as Parameters<typeof ollamaRoutes>[0]),
     ...logRoutes({} as Parameters<typeof logRoutes>[0]),

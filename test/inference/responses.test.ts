@@ -1,6 +1,5 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createResponseStore } from "../../src/dialects/responses.ts";
 import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 
@@ -63,16 +62,5 @@ describe("responses, refused", () => {
   it("store: false keeps nothing", async () => {
     const made = (await ask({ url: stack.url }, "POST", "/v1/responses", { model: "ai/tiny", input: "x", max_output_tokens: 1, store: false })).json();
     expect((await ask({ url: stack.url }, "GET", `/v1/responses/${made.id}`)).status).toBe(404);
-  });
-});
-
-describe("the response store", () => {
-  it("forgets the oldest past its size, and any past its age", () => {
-    let now = 0;
-    const store = createResponseStore({ maxEntries: 2, maxAgeMs: 1000 }, () => now);
-    for (const id of ["a", "b", "c"]) store.put(id, { response: { id }, input: [] });
-    expect([store.get("a"), store.get("b")?.response, store.get("c")?.response]).toEqual([undefined, { id: "b" }, { id: "c" }]);
-    now = 1001;
-    expect(store.get("c")).toBeUndefined();
   });
 });

@@ -95,7 +95,11 @@ export function imageMime(base64: string): string {
   return "image/jpeg";
 }
 
-const asDataUrl = (image: string) => (image.startsWith("data:") ? image : `data:${imageMime(image)};base64,${image}`);
+/**
+ * An Ollama image as a chat part's URL. Base64 has no colon: anything with one (a data: URL, or a
+ * URL) is passed on as it is, to be judged as any media URL (see inference/body-policy.ts).
+ */
+const asDataUrl = (image: string) => (image.includes(":") ? image : `data:${imageMime(image)};base64,${image}`);
 
 function content(text: string, images: string[] | undefined): unknown {
   if (!images?.length) return text;
