@@ -55,7 +55,7 @@ describe("the model store", () => {
     const store = createModelStore(root);
     const shared = new TextEncoder().encode("shared weights");
     const model = await addModel(store, "ai/a:latest", shared);
-    const unpin = store.pin([digestOf(shared)]);
+    const unpin = await store.pin([digestOf(shared)]);
     await store.remove(model.id, undefined);
     expect(await store.hasBlob(digestOf(shared))).toBe(true);
     unpin();
