@@ -99,6 +99,8 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
   const routed = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX], report });
   const pull = pullThrough(routed);
   pinned.start(inference.scheduler);
+  // Blobs a deleted model left to a process that has stopped since (it served them then).
+  void store.collectOrphans().catch((error: Error) => console.error(`model store: leftover blobs not removed: ${error.message}`));
   const idle = () => inference.scheduler.runners().every((r) => r.inUse === 0 && r.waiting === 0);
   return {
     name: "model runner",
@@ -113,6 +115,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     stop: async () => {
       pinned.stop();
       await inference.stop();
+      await store.close();
     },
   };
 }

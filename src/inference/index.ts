@@ -36,7 +36,7 @@ export function createInference(
   const metrics = createMetrics();
   const settings = createSettingsStore(config.settingsPath);
   const scheduler = createScheduler({
-    start: launcher.start,
+    start: servingFiles(store, launcher.start),
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -77,6 +77,26 @@ export function createInference(
     }),
   ];
   return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
+}
+
+/**
+ * Runners started with their files marked as served in the store, for as long as each runs: no
+ * other process on the store removes them meanwhile (a delete there leaves them to us), and
+ * once the runner ends, a file whose model was deleted meanwhile is removed.
+ */
+function servingFiles(store: Pick<ModelStore, "serve">, start: StartRunner): StartRunner {
+  return async (spec, signal) => {
+    // Every store blob the command line names: the weights, a projector, a draft model.
+    const release = await store.serve([spec.modelPath, ...(spec.mmprojPath ? [spec.mmprojPath] : []), ...(spec.extraArgs ?? [])]);
+    try {
+      const runner = await start(spec, signal);
+      void runner.exited.then(release);
+      return { fetch: runner.fetch, exited: runner.exited, running: () => runner.running(), stop: () => runner.stop().finally(release) };
+    } catch (error) {
+      release();
+      throw error;
+    }
+  };
 }
 
 function lazyLauncher(config: Config["inference"], runtime: Runtime) {

@@ -159,7 +159,8 @@ describe("a server killed in the middle of a ranged pull", () => {
   async function startRunner(runtime: RuntimeName, registryHost: string, models: string) {
     server = await startServer({
       runtime,
-      ...(runtime === "deno" ? { runtimeArgs: denoPermissions([`--allow-read=${dir},.`, `--allow-write=${dir}`]) } : {}),
+      // The host name and signal 0: how the restarted server sees that the killed one's download lock is stale.
+      ...(runtime === "deno" ? { runtimeArgs: denoPermissions([`--allow-read=${dir},.`, `--allow-write=${dir}`, "--allow-sys=homedir,hostname", "--allow-run"]) } : {}),
       env: {
         SERVICES: "runner",
         RUNNER_PORT: "0",

@@ -2,12 +2,17 @@ import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { afterEach, describe, expect, it } from "vitest";
+import { projectRoot, runtimeBinary } from "../support/server-process.ts";
+import { until } from "../support/until.ts";
 import { createModelStore, type ModelStore } from "../../src/models/index.ts";
 import type { BlobSource } from "../../src/models/store/blobs.ts";
 
 // The store on its own: blobs verified before they are named, the index replaced whole, and
-// concurrent writers in one process that do not lose each other's changes.
+// concurrent writers, in one process or in several on one folder, that do not lose each other's
+// changes; a blob another process serves is kept through a delete until it is no longer served.
 
 let root: string;
 afterEach(async () => {
@@ -55,7 +60,7 @@ describe("the model store", () => {
     const store = createModelStore(root);
     const shared = new TextEncoder().encode("shared weights");
     const model = await addModel(store, "ai/a:latest", shared);
-    const unpin = store.pin([digestOf(shared)]);
+    const unpin = await store.pin([digestOf(shared)]);
     await store.remove(model.id, undefined);
     expect(await store.hasBlob(digestOf(shared))).toBe(true);
     unpin();
@@ -131,3 +136,63 @@ describe("the model store", () => {
     expect(() => store.layout.blob("sha256:../../etc/passwd")).toThrow(/not a sha256 digest/);
   });
 });
+
+describe("a store shared by several processes", () => {
+  it("keeps every writer's models when separate processes (Bun, Node) add to it at once", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const writers = (["bun", "node", "bun", "node"] as const).map((runtime, i) => {
+      const args = [...(runtime === "bun" ? ["run"] : []), "test/support/store-writer.ts", root, `w${i}`, "8"];
+      const child = spawn(runtimeBinary(runtime), args, { cwd: projectRoot, stdio: ["ignore", "inherit", "inherit"] });
+      return once(child, "close").then(([code]) => code);
+    });
+    expect(await Promise.all(writers)).toEqual([0, 0, 0, 0]);
+    const store = createModelStore(root);
+    const tags = (await store.list()).flatMap((m) => m.tags).sort();
+    expect(tags).toEqual([0, 1, 2, 3].flatMap((w) => Array.from({ length: 8 }, (_, i) => `w${w}/m${i}:latest`)).sort());
+    // 32 weights and the one shared projector; no lock, lease or partial file is left.
+    const names = await readdir(store.layout.blobsDir);
+    expect(names.filter((n) => !/^[0-9a-f]{64}$/.test(n))).toEqual([]);
+    expect(names).toHaveLength(33);
+    expect(await readdir(store.layout.leasesDir).catch(() => [])).toEqual([]);
+    expect((await readdir(root)).filter((n) => n !== "leases").sort()).toEqual(["blobs", "manifests", "models.json"]);
+  });
+
+  it("keeps a blob that another store on the folder serves through a delete, and removes it once it is not served", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const serving = createModelStore(root);
+    const deleting = createModelStore(root);
+    const model = await addModel(deleting, "ai/a:latest", new TextEncoder().encode("served weights"));
+    const served = await serving.serve([model.ggufPath, "/elsewhere/not-a-blob"]);
+    await deleting.remove(model.id, undefined);
+    expect(await serving.list()).toEqual([]);
+    expect((await readdir(serving.layout.blobsDir)).sort()).toEqual([model.ggufPath.split("/").at(-1), `${model.ggufPath.split("/").at(-1)}.orphan`]);
+    served();
+    await until(async () => (await readdir(serving.layout.blobsDir)).length === 0, "the blob to go once it is not served");
+  });
+
+  it("removes at start what a process gone left marked, and then refuses to serve the file", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const model = await addModel(store, "ai/a:latest", new TextEncoder().encode("weights"));
+    const other = createModelStore(root);
+    await other.serve([model.ggufPath]);
+    await store.remove(model.id, undefined);
+    expect(await readdir(store.layout.blobsDir)).toHaveLength(2); // the blob and its mark
+    // The server that held it is killed: its lease stays behind, naming a pid that no longer runs.
+    const [lease] = await readdir(store.layout.leasesDir);
+    const record = JSON.parse(await readFile(join(store.layout.leasesDir, lease!), "utf8"));
+    await other.close();
+    await writeFile(join(store.layout.leasesDir, lease!), JSON.stringify({ ...record, pid: await exitedPid() }));
+    await createModelStore(root).collectOrphans();
+    expect(await readdir(store.layout.blobsDir)).toEqual([]);
+    expect(await readdir(store.layout.leasesDir)).toEqual([]);
+    await expect(store.serve([model.ggufPath])).rejects.toThrow(/is gone: the model was deleted/);
+  });
+});
+
+/** A pid that has just exited on this machine. */
+async function exitedPid(): Promise<number> {
+  const child = spawn(process.execPath, ["-e", ""], { stdio: "ignore" });
+  await once(child, "close");
+  return child.pid!;
+}

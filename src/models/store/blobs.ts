@@ -1,6 +1,7 @@
 import { mkdir, open, rename, stat, truncate, type FileHandle } from "node:fs/promises";
 import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
 import { backgroundHash, type BackgroundHash } from "./background-hash.ts";
+import { acquireLock } from "./lock-file.ts";
 import type { Layout } from "./layout.ts";
 import { digestOf } from "./manifests.ts";
 import { missingBytes, readProgress, splitBlob, withPrefix, writeProgress, writtenPrefix, type Part, type PartSettings } from "./parts.ts";
@@ -143,6 +144,7 @@ async function downloadStream(layout: Layout, download: BlobDownload): Promise<v
     await removeIfPresent(partial);
     throw new DigestMismatchError(digest, actual);
   }
+  signal.throwIfAborted(); // the lock lost: the process that took it over renames it
   await rename(partial, layout.blob(digest));
 }
 
@@ -190,6 +192,7 @@ async function downloadRanged(layout: Layout, download: BlobDownload & { size: n
     await discard(layout, digest);
     throw new DigestMismatchError(digest, actual);
   }
+  download.signal.throwIfAborted(); // the lock lost: the process that took it over renames it
   await removeIfPresent(progressPath);
   await rename(path, layout.blob(digest));
 }
@@ -197,7 +200,6 @@ async function downloadRanged(layout: Layout, download: BlobDownload & { size: n
 /** Downloads, verifies, renames. Returns at once when the blob is present. */
 async function download(layout: Layout, download: BlobDownload): Promise<void> {
   if (await hasBlob(layout, download.digest)) return;
-  await mkdir(layout.blobsDir, { recursive: true });
   const parts = await partsToFetch(layout, download);
   if (parts) {
     try {
@@ -214,13 +216,38 @@ async function download(layout: Layout, download: BlobDownload): Promise<void> {
   return downloadStream(layout, download);
 }
 
-// Two pulls that share a layer must not write the same `.incomplete` file at once.
+// One writer per blob: within this process, a second download of a blob joins the first; across
+// processes on the store, the blob's lock file (`<hex>.lock`) goes to one of them, and the others
+// wait (showing the holder's progress on disk) until it is theirs: the blob is then there, or its
+// holder is gone and they resume from what it left. Whether the blob is there is asked only under
+// its lock, the lock under which a collection (collect.ts) removes blobs.
 const running = new Map<string, Promise<void>>();
+
+/** Polls of a blob another process downloads: a few a second, each a stat and a small read. */
+const BLOB_LOCK_POLL_MS = 250;
+
+/** While another process holds the blob's lock: its progress on disk is shown as ours. */
+function showOthersProgress(layout: Layout, request: BlobDownload): () => Promise<boolean> {
+  return async () => {
+    if (request.size !== undefined && request.onProgress) request.onProgress(request.size - (await bytesToDownload(layout, request.digest, request.size)));
+    return false;
+  };
+}
+
+async function downloadAlone(layout: Layout, request: BlobDownload): Promise<void> {
+  await mkdir(layout.blobsDir, { recursive: true });
+  const lock = (await acquireLock(layout.blobLock(request.digest), { signal: request.signal, pollMs: BLOB_LOCK_POLL_MS, waiting: showOthersProgress(layout, request) }))!;
+  try {
+    await download(layout, { ...request, signal: AbortSignal.any([request.signal, lock.lost]) });
+  } finally {
+    await lock.release();
+  }
+}
 
 export async function downloadBlob(layout: Layout, request: BlobDownload): Promise<void> {
   const path = layout.blob(request.digest);
   for (let current = running.get(path); current; current = running.get(path)) await current.catch(() => {});
-  const job = download(layout, request);
+  const job = downloadAlone(layout, request);
   running.set(path, job);
   try {
     await job;

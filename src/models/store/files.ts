@@ -4,17 +4,17 @@ import { dirname } from "node:path";
 
 // Small file helpers every store module shares: a write is made to a temporary name beside the
 // target, flushed to disk, then renamed over it, so a reader (or a crash) sees the old or the new
-// content, never half of one.
+// content, never half of one. What must survive a crash of the machine is flushed first.
 
 export const temporaryName = (path: string) => `${path}.${randomBytes(6).toString("hex")}.tmp`;
 
-export async function writeFileAtomic(path: string, data: string | Uint8Array): Promise<void> {
+export async function writeFileAtomic(path: string, data: string | Uint8Array, { durable = true } = {}): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   const temporary = temporaryName(path);
   const file = await open(temporary, "w");
   try {
     await file.writeFile(data);
-    await file.sync();
+    if (durable) await file.sync();
   } finally {
     await file.close();
   }

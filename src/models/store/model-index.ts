@@ -1,7 +1,10 @@
-import { readFile } from "node:fs/promises";
+import { statSync, type Stats } from "node:fs";
+import { mkdir, open, stat, type FileHandle } from "node:fs/promises";
+import { setImmediate } from "node:timers";
 import * as z from "zod";
 import { isMissing, writeFileAtomic } from "./files.ts";
 import type { Layout } from "./layout.ts";
+import { withLock } from "./lock-file.ts";
 
 // The index (`models.json`): which models the store holds, their tags, configs and blobs. It is
 // only ever replaced whole (temporary file, then rename), after every blob it names is in place,
@@ -34,44 +37,89 @@ const Entry = z.object({
 });
 export type IndexEntry = z.infer<typeof Entry>;
 
+/** Every blob a model's record names. */
+export const blobsOf = (entry: IndexEntry) =>
+  [entry.files.gguf, entry.files.mmproj, entry.files.chatTemplate, entry.files.license].flat().filter((d): d is string => !!d);
+
 const IndexFile = z.object({ version: z.literal(1), models: z.array(Entry) });
 
-// The index as last read or written, per store root. Every inference request resolves its model
-// here, so it must not cost a file read and a parse each time; this process is the store's only
-// writer (see the README), so what it wrote last is what the file holds. Callers do not mutate it.
-const cache = new Map<string, IndexEntry[]>();
+// The index as last read, per store root, with the file's identity then. Every inference request
+// resolves its model here, so it must not cost a read and a parse each time; yet other processes
+// may change the file (replicas on one volume), so each call looks at the file's identity: a
+// rename over it (how every writer replaces it) changes its inode, and any write its size, mtime
+// or ctime. Callers do not mutate what they get.
+const cache = new Map<string, { identity: Identity; models: IndexEntry[] }>();
 
-export async function readIndex(layout: Layout): Promise<IndexEntry[]> {
+const NONE: IndexEntry[] = Object.freeze([]) as unknown as IndexEntry[];
+
+type Identity = Pick<Stats, "ino" | "size" | "mtimeMs" | "ctimeMs">;
+
+const identityOf = ({ ino, size, mtimeMs, ctimeMs }: Stats): Identity => ({ ino, size, mtimeMs, ctimeMs });
+// Compared field by field: no string is built on every request.
+const same = (a: Identity, b: Stats) => a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs && a.ctimeMs === b.ctimeMs;
+
+// Roots whose file was looked at in this turn of the event loop: requests handled in one turn
+// arrived together, and share one look (under load, many do).
+const lookedAt = new Set<string>();
+const forgetLooks = () => lookedAt.clear();
+
+/** The index as the file holds it; `fresh`: looked at now, even if it was in this turn (a decision to change the store rests on it). */
+export async function readIndex(layout: Layout, { fresh = false } = {}): Promise<IndexEntry[]> {
   const cached = cache.get(layout.root);
-  if (cached) return cached;
-  let text: string;
+  if (cached && !fresh && lookedAt.has(layout.root)) return cached.models;
+  // A synchronous stat: through the thread pool (async) it costs ten times the CPU of the stat
+  // itself. On NFS it is answered from the attribute cache (see the docs).
+  const stats = statSync(layout.indexFile, { throwIfNoEntry: false });
+  if (!stats) return NONE;
+  if (!cached || !same(cached.identity, stats)) return load(layout);
+  if (lookedAt.size === 0) setImmediate(forgetLooks);
+  lookedAt.add(layout.root);
+  return cached.models;
+}
+
+/** Reads the file and its identity from one open file, so that the two agree. */
+async function load(layout: Layout): Promise<IndexEntry[]> {
+  let file: FileHandle;
   try {
-    text = await readFile(layout.indexFile, "utf8");
+    file = await open(layout.indexFile, "r");
   } catch (error) {
-    if (isMissing(error)) return [];
+    if (isMissing(error)) return NONE;
     throw error;
   }
-  const models = IndexFile.parse(JSON.parse(text)).models;
-  cache.set(layout.root, models);
-  return models;
+  try {
+    const identity = identityOf(await file.stat());
+    const models = IndexFile.parse(JSON.parse(await file.readFile("utf8"))).models;
+    cache.set(layout.root, { identity, models });
+    return models;
+  } finally {
+    await file.close();
+  }
 }
 
 async function writeIndex(layout: Layout, models: IndexEntry[]): Promise<void> {
   await writeFileAtomic(layout.indexFile, `${JSON.stringify({ version: 1, models }, null, 2)}\n`);
-  cache.set(layout.root, models);
+  // Under the lock no other process writes it: what is there now is what was written.
+  cache.set(layout.root, { identity: identityOf(await stat(layout.indexFile)), models });
 }
 
-// Read-modify-write of the index is serialised per store root, so two pulls (or a pull and a
-// delete) in this process never lose each other's change.
+// Read-modify-write of the index: queued per store root within this process, and under the
+// index's lock across processes, reading the file afresh once the lock is held, so that no two
+// writers (pulls, deletes, tags, here or in another process) lose each other's change.
 const queues = new Map<string, Promise<unknown>>();
+
+/** The index lock is held for a read and a write of a small file: looked at often. */
+const INDEX_LOCK_POLL_MS = 20;
 
 export function updateIndex<T>(layout: Layout, change: (models: IndexEntry[]) => { models: IndexEntry[]; result: T } | Promise<{ models: IndexEntry[]; result: T }>): Promise<T> {
   const previous = queues.get(layout.root) ?? Promise.resolve();
   const next = previous.catch(() => {}).then(async () => {
-    // A copy: a change that throws half-way must not leave its edits in the cache.
-    const { models, result } = await change(structuredClone(await readIndex(layout)));
-    await writeIndex(layout, models);
-    return result;
+    await mkdir(layout.root, { recursive: true });
+    return withLock(layout.indexLock, { pollMs: INDEX_LOCK_POLL_MS }, async () => {
+      // A copy: a change that throws half-way must not leave its edits in the cache.
+      const { models, result } = await change(structuredClone(await readIndex(layout, { fresh: true })));
+      await writeIndex(layout, models);
+      return result;
+    });
   });
   queues.set(layout.root, next);
   void next.finally(() => {

@@ -1,13 +1,17 @@
 import { bareName, idPrefix, parseReference, type ReferenceOptions } from "../reference.ts";
 import { bytesToDownload, downloadBlob, hasBlob, putBlob, type BlobDownload } from "./blobs.ts";
-import { freeSpace, removeIfPresent } from "./files.ts";
+import { collectBlobs } from "./collect.ts";
+import { freeSpace } from "./files.ts";
 import { layout as layoutOf, type Layout } from "./layout.ts";
+import { createLeases } from "./leases.ts";
+import { withLock } from "./lock-file.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
-import { readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
+import { blobsOf, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
 
-// The model store: blobs, manifests and the index behind one object. Models are added only after
-// all their blobs are verified on disk; deleting removes the index entry first, then the files no
-// other model (and no running pull) still uses.
+// The model store: blobs, manifests and the index behind one object, shared with any other
+// process on the same folder. Models are added only after all their blobs are verified on disk;
+// deleting removes the index entry first, then the blobs that no model names and no process (a
+// pull, a runner, here or in another process on the store) still uses.
 
 export type { ModelConfig } from "./model-index.ts";
 
@@ -44,8 +48,18 @@ export type ModelStore = {
   /** Free bytes where the store writes, undefined when that cannot be known. */
   freeSpace(): Promise<number | undefined>;
   putBlob(data: Uint8Array): Promise<string>;
-  /** Keeps blobs from being collected while a pull that needs them runs. */
-  pin(digests: string[]): () => void;
+  /** Keeps blobs from being collected, by any process on the store, while a pull that needs them runs. */
+  pin(digests: string[]): Promise<() => void>;
+  /**
+   * Marks a runner's files (those of its paths that are blobs of the store) as served until the
+   * returned function is called; rejects when one is gone (its model was deleted meanwhile). Once
+   * released, a blob whose model was deleted while it was served is removed.
+   */
+  serve(paths: string[]): Promise<() => void>;
+  /** Removes blobs that earlier collections had to leave (another process served them then). */
+  collectOrphans(): Promise<void>;
+  /** Drops this store's holds (its lease), when the process stops. */
+  close(): Promise<void>;
   /** Records a model whose blobs are all present; the tag moves to it from any other model. */
   add(model: NewModel): Promise<StoredModel>;
   addTag(id: string, tag: string): Promise<StoredModel>;
@@ -73,9 +87,6 @@ function frozen(model: StoredModel): StoredModel {
   return Object.freeze(model);
 }
 
-const blobsOf = (entry: IndexEntry) =>
-  [entry.files.gguf, entry.files.mmproj, entry.files.chatTemplate, entry.files.license].flat().filter((d): d is string => !!d);
-
 /** Id, then exact tag, then (for a name without `/`) a unique model with that bare repository name. */
 export function findEntry(models: IndexEntry[], reference: string, options: ReferenceOptions): IndexEntry | undefined {
   const id = idPrefix(reference);
@@ -94,18 +105,13 @@ export function findEntry(models: IndexEntry[], reference: string, options: Refe
 
 export function createModelStore(root: string, referenceOptions: ReferenceOptions = {}, options: StoreOptions = {}): ModelStore {
   const layout = layoutOf(root);
-  const pins = new Map<string, number>();
+  const leases = createLeases(layout.leasesDir);
   // Every inference request resolves the name it was sent: answered from the index as last read
   // (a new index, after any change, starts afresh), without parsing the name again.
   const resolved = new WeakMap<IndexEntry[], Map<string, StoredModel | undefined>>();
 
-  async function collect(removed: IndexEntry, remaining: IndexEntry[]): Promise<void> {
-    const used = new Set(remaining.flatMap(blobsOf));
-    for (const digest of blobsOf(removed)) {
-      if (!used.has(digest) && !pins.has(digest)) await removeIfPresent(layout.blob(digest));
-    }
-    if (!remaining.some((m) => m.id === removed.id)) await removeManifest(layout, removed.id);
-  }
+  /** Whether the blob is there, asked under its lock: a collection does not remove it meanwhile. */
+  const stillThere = (digest: string) => withLock(layout.blobLock(digest), { pollMs: 50 }, () => hasBlob(layout, digest));
 
   return {
     root,
@@ -133,22 +139,35 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     },
     freeSpace: () => (options.freeSpace ?? freeSpace)(layout.blobsDir),
     putBlob: (data) => putBlob(layout, data),
-    pin(digests) {
-      for (const d of digests) pins.set(d, (pins.get(d) ?? 0) + 1);
-      return () => {
-        for (const d of digests) {
-          const count = (pins.get(d) ?? 1) - 1;
-          if (count > 0) pins.set(d, count);
-          else pins.delete(d);
-        }
+    pin: (digests) => leases.hold(digests),
+    async serve(paths) {
+      const digests = paths.map(layout.digestOfBlob).filter((d): d is string => d !== undefined);
+      const release = await leases.hold(digests);
+      const served = () => {
+        release();
+        // A collection that fails leaves the blob marked, for the next one.
+        void collectBlobs(layout, leases, digests).catch(() => {});
       };
-    },
-    async add({ manifest, tag, ...rest }) {
-      const id = await putManifest(layout, manifest);
-      for (const digest of blobsOf({ ...rest, id, tags: [] })) {
-        if (!(await hasBlob(layout, digest))) throw new Error(`blob ${digest} is missing: the model is not recorded`);
+      for (const digest of digests) {
+        if (!(await stillThere(digest).catch(() => false))) {
+          served();
+          throw new Error(`the model's file ${layout.blob(digest)} is gone: the model was deleted`);
+        }
       }
-      return updateIndex(layout, (models) => {
+      return served;
+    },
+    async collectOrphans() {
+      await leases.held(); // which also removes the leases of processes gone
+      await collectBlobs(layout, leases, []);
+    },
+    close: () => leases.close(),
+    add({ manifest, tag, ...rest }) {
+      // Under the index's lock: a delete of the same model (which removes its manifest) waits.
+      return updateIndex(layout, async (models) => {
+        const id = await putManifest(layout, manifest);
+        for (const digest of blobsOf({ ...rest, id, tags: [] })) {
+          if (!(await hasBlob(layout, digest))) throw new Error(`blob ${digest} is missing: the model is not recorded`);
+        }
         const others = models.filter((m) => m.id !== id).map((m) => ({ ...m, tags: m.tags.filter((t) => t !== tag) }));
         const existing = models.find((m) => m.id === id);
         const entry: IndexEntry = { ...rest, id, created: existing?.created ?? rest.created, tags: [...new Set([...(existing?.tags ?? []), tag])] };
@@ -167,8 +186,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     },
     async remove(id, tag) {
       let removed: IndexEntry | undefined;
-      let remaining: IndexEntry[] = [];
-      const result = await updateIndex(layout, (models) => {
+      const result = await updateIndex(layout, async (models) => {
         const entry = models.find((m) => m.id === id);
         if (!entry) return { models, result: { untagged: [] } as Removal };
         const untagged = tag === undefined ? entry.tags : entry.tags.filter((t) => t === tag);
@@ -177,10 +195,10 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
           return { models: models.map((m) => (m === entry ? { ...m, tags } : m)), result: { untagged } };
         }
         removed = entry;
-        remaining = models.filter((m) => m !== entry);
-        return { models: remaining, result: { untagged, deleted: id } };
+        await removeManifest(layout, id);
+        return { models: models.filter((m) => m !== entry), result: { untagged, deleted: id } };
       });
-      if (removed) await collect(removed, remaining);
+      if (removed) await collectBlobs(layout, leases, blobsOf(removed));
       return result;
     },
   };
