@@ -91,7 +91,13 @@ function servingFiles(store: Pick<ModelStore, "serve">, start: StartRunner): Sta
     try {
       const runner = await start(spec, signal);
       void runner.exited.then(release);
-      return { fetch: runner.fetch, exited: runner.exited, running: () => runner.running(), stop: () => runner.stop().finally(release) };
+      return {
+        fetch: runner.fetch,
+        exited: runner.exited,
+        running: () => runner.running(),
+        stop: () => runner.stop().finally(release),
+        kill: () => runner.kill().finally(release),
+      };
     } catch (error) {
       release();
       throw error;
