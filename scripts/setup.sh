@@ -49,7 +49,7 @@ if [ "${1:-}" = "--test" ]; then
   # so Debian's old kubernetes-client will not do): installed when apt offers a `kubectl` package.
   if ! command -v kubectl >/dev/null 2>&1; then
     if apt-cache show kubectl >/dev/null 2>&1; then wanted="$wanted kubectl"
-    else log "kubectl is not offered by apt here: the Kubernetes manifest tests will be skipped"; fi
+    else log "kubectl is not offered by apt here: the Kubernetes manifest tests will be skipped (and fail where CI is set)"; fi
   fi
   if [ -n "$wanted" ]; then
     log "installing with apt:$wanted"
