@@ -7,7 +7,7 @@ import type { WatchLimits } from "./watchdog.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelBytes } from "./memory/detect.ts";
 import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
-import { modelName, type Mode, type ModelRef, type RunnerSpec, type StartRunner } from "./types.ts";
+import { modelName, type Mode, type ModelRef, type RunnerSpec, type RunnerWish, type StartRunner } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. Every
@@ -30,21 +30,6 @@ export type SchedulerLimits = {
   threads?: number;
   /** How a runner that stopped answering is noticed (then killed and replaced); none: never. */
   watch?: WatchLimits;
-};
-
-/** What one request asks of its runner beyond the model's settings. */
-export type RunnerWish = {
-  /**
-   * How long the runner then stays loaded once idle (as Ollama's per-request keep_alive: until the
-   * next request, which without one brings back the configured keep-alive).
-   */
-  keepAlive?: string;
-  /**
-   * A context size for this runner only (Ollama's `num_ctx`), bounded by what fits; the saved
-   * settings stay as they are. A loaded runner with another context is replaced once its requests
-   * end; a request without a wish takes the runner loaded, whatever its context.
-   */
-  contextSize?: number;
 };
 
 export type SchedulerDeps = {

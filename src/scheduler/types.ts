@@ -34,3 +34,18 @@ export type ModelRef = {
 };
 
 export const modelName = (model: ModelRef): string => model.tags[0] ?? model.id;
+
+/** What one request asks of its runner beyond the model's settings. */
+export type RunnerWish = {
+  /**
+   * How long the runner then stays loaded once idle (as Ollama's per-request keep_alive: until the
+   * next request, which without one brings back the configured keep-alive).
+   */
+  keepAlive?: string;
+  /**
+   * A context size for this runner only (Ollama's `num_ctx`), bounded by what fits; the saved
+   * settings stay as they are. A loaded runner with another context is replaced once its requests
+   * end; a request without a wish takes the runner loaded, whatever its context.
+   */
+  contextSize?: number;
+};
