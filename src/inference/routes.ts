@@ -11,6 +11,7 @@ import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import { forward, type ErrorEvent } from "./forward.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
+import { structuredRequest } from "./structured.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -86,11 +87,14 @@ export type InferOptions = {
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
   const startedAt = performance.now();
   const given = "json" in options;
-  const body = given ? encodeJson(options.json, deps.bodyLimit) : await readBody(request, deps.bodyLimit);
+  let body = given ? encodeJson(options.json, deps.bodyLimit) : await readBody(request, deps.bodyLimit);
   const json = given ? options.json : parseJson(body);
   const requested = requestedModel(endpoint, json);
   options.requestedAs?.(requested);
   policeBody(json, deps.bodyPolicy);
+  // Schemas checked, a named tool_choice made one llama-server obeys: re-encoded only if rewritten.
+  const structured = structuredRequest(endpoint, json);
+  if (structured !== json) body = encodeJson(structured, deps.bodyLimit);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const waitFrom = performance.now();
