@@ -75,6 +75,7 @@ function visit(node: unknown, path: string, walk: Walk, depth: number): void {
   if (isObject(node.properties)) for (const [name, child] of Object.entries(node.properties)) next(child, `${path}/properties/${name}`);
   else if ("properties" in node) throw new Problem(path, "properties must be an object");
   if (isObject(node.additionalProperties)) next(node.additionalProperties, `${path}/additionalProperties`);
+  else if ("additionalProperties" in node && typeof node.additionalProperties !== "boolean") throw new Problem(path, "additionalProperties must be a boolean or a schema");
   for (const key of ["items", "prefixItems"]) {
     const items = node[key];
     if (Array.isArray(items)) items.forEach((child, i) => next(child, `${path}/${key}/${i}`));

@@ -58,6 +58,7 @@ describe("schemas", () => {
     [{ $ref: "https://example.com/s.json" }, false, '#: unsupported $ref "https://example.com/s.json": only references into the same document ("#/...") are'],
     [{ $ref: "#/definitions/missing" }, false, "#: cannot resolve $ref #/definitions/missing"],
     [{ enum: [] }, false, "#: enum must be a non-empty array"],
+    [{ type: "object", additionalProperties: "no" }, false, "#: additionalProperties must be a boolean or a schema"],
     [{ anyOf: [] }, false, "#/anyOf: must be a non-empty array of schemas"],
     [{ type: "string", pattern: "^(a$" }, false, "#: pattern ^(a$ is not a valid regular expression: unbalanced parentheses"],
     // Constraints llama-server would drop: refused when strict, let through (best effort) when not.
