@@ -3,6 +3,7 @@ import { HttpError, notFound } from "../http/errors.ts";
 import { parseJson, readBody } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
 import { counted, infer, type InferenceDeps } from "../inference/routes.ts";
+import { textFormatFields } from "./responses-format.ts";
 
 // OpenAI's Responses API (what Codex speaks). llama-server serves `/v1/responses` itself, but
 // statelessly: it refuses `previous_response_id`. So recent responses are kept here, in memory
@@ -77,7 +78,7 @@ export function responsesRoutes(deps: InferenceDeps, store: ResponseStore, scope
     const input = isObject ? conversation(body as Item, store, scope) : undefined;
     const keep = isObject && (body as Item).store !== false;
     // Anything but an object goes on as it came, for the checks to refuse in the usual words.
-    const json = isObject ? { ...rest, input } : body;
+    const json = isObject ? { ...rest, input, ...textFormatFields(body as Item) } : body;
     const response = await counted(deps.metrics, "responses", () => infer(deps, "responses", request, { json }));
     if (!keep || response.status !== 200 || !response.body) return response;
     const items = itemsOf(input);

@@ -13,6 +13,7 @@ import { forward, type ErrorEvent } from "./forward.ts";
 import { boundTokens, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
+import { structuredRequest } from "./structured.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -99,9 +100,11 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   const requested = requestedModel(endpoint, parsed);
   options.requestedAs?.(requested);
   const remoteMedia = policeBody(parsed, deps.bodyPolicy);
-  // A shallow copy at most: the media parts policeBody found are still the ones in `json`.
-  const json = boundTokens(endpoint, parsed, deps.bounds.maxTokens);
-  // Encoded once: as it came, unless a dialect wrote it or the bound changed it.
+  // Schemas checked and a named tool_choice made one llama-server obeys, then the token ceiling:
+  // each gives back its input when it changes nothing, else a shallow copy (so the media parts
+  // policeBody found are still the ones in `json`).
+  const json = boundTokens(endpoint, structuredRequest(endpoint, parsed), deps.bounds.maxTokens);
+  // Encoded once: as it came, unless a dialect, the checks or the bound changed it.
   let body = read && json === parsed ? read : encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);

@@ -6,15 +6,16 @@ import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 import { until } from "../support/until.ts";
 import { ask, openStream } from "../support/http.ts";
 import { busySlots, runnerPid, runnerSocket } from "./runners.ts";
+import { CHAT_MODEL, COLOR_SCHEMA, parsedMisfit, ROOM } from "../support/chat-model.ts";
 
 // The same server under Node and Deno (Bun runs the other files): the openai client chats and
-// streams, a client that hangs up frees the llama-server slot, and a runner that dies is answered,
-// on these runtimes too.
+// streams, an answer is held to a JSON schema, a client that hangs up frees the llama-server slot,
+// and a runner that dies is answered, on these runtimes too.
 
 describe.each(["node", "deno"] as const)("under %s", (runtime) => {
   let stack: Stack;
   beforeAll(async () => {
-    stack = await startStack({ runtime, models: ["ai/tiny"], rerankers: ["ai/reranker"] });
+    stack = await startStack({ runtime, models: ["ai/tiny"], rerankers: ["ai/reranker"], shaped: { "ai/chat": CHAT_MODEL } });
   });
   afterAll(async () => {
     await stack?.stop();
@@ -48,6 +49,13 @@ describe.each(["node", "deno"] as const)("under %s", (runtime) => {
     expect(last).toMatchObject({ done: true });
     const ranked = await ask({ url: stack.url }, "POST", "/v1/rerank", { model: "ai/reranker", query: "q", documents: ["a", "b"] });
     expect(ranked.json().results).toHaveLength(2);
+  });
+
+  it("holds an answer to a JSON schema (the openai client)", async () => {
+    const client = new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const format = { type: "json_schema" as const, json_schema: { name: "color", strict: true, schema: COLOR_SCHEMA } };
+    const completion = await client.chat.completions.create({ model: "ai/chat", messages: [{ role: "user", content: "hi" }], response_format: format, max_tokens: ROOM, seed: 1 });
+    expect(parsedMisfit(COLOR_SCHEMA, completion.choices[0]!.message.content)).toBeUndefined();
   });
 
   it("frees the llama-server slot when the client hangs up", async () => {

@@ -4,7 +4,9 @@
 // Shape: byte-level vocabulary of 259 tokens (<unk>, <s>, </s>, <0x00>..<0xFF>), 2 blocks,
 // embedding length 64, 4 heads, feed-forward 128, context 512, every tensor f32 (~0.5 MB). Like
 // most chat models it declares no pooling type unless asked to (as embedding models do).
+// `vocabulary: "bpe"` gives it instead the tokenizer and chat template of chat-vocab.ts.
 import { writeFile } from "node:fs/promises";
+import { chatVocabulary, QWEN25_CHAT_TEMPLATE, type Lean } from "./chat-vocab.ts";
 
 export interface TinyGgufOptions {
   /** PRNG seed for the weights; the default gives the same file every time. */
@@ -25,6 +27,13 @@ export interface TinyGgufOptions {
   layers?: number;
   feedForward?: number;
   context?: number;
+  /**
+   * "bytes" (default): the byte tokens above, no chat template. "bpe": a GPT-2-style byte-level BPE
+   * vocabulary with merges and Qwen2.5's ChatML template with tool calling (chat-vocab.ts), as
+   * models people pull have; llama-server's grammar sampler and tool-call parser accept it. Its
+   * context defaults to 4096: one character is about one token, and a tools prompt is long.
+   */
+  vocabulary?: "bytes" | "bpe";
 }
 
 type Shape = { embd: number; head: number; headKv: number; layer: number; ff: number; ctx: number };
@@ -35,7 +44,7 @@ const shapeOf = (o: TinyGgufOptions): Shape => ({
   headKv: o.kvHeads ?? o.heads ?? N_HEAD,
   layer: o.layers ?? N_LAYER,
   ff: o.feedForward ?? N_FF,
-  ctx: o.context ?? N_CTX,
+  ctx: o.context ?? (o.vocabulary === "bpe" ? N_CTX_CHAT : N_CTX),
 });
 
 const GGUF_VERSION = 3;
@@ -45,6 +54,7 @@ const N_HEAD = 4;
 const N_FF = 128;
 const N_LAYER = 2;
 const N_CTX = 512;
+const N_CTX_CHAT = 4096;
 const POOLING_MEAN = 1;
 const POOLING_RANK = 4;
 const RERANK_LABELS = ["yes", "no"];
@@ -53,6 +63,7 @@ const RERANK_LABELS = ["yes", "no"];
 const T_UINT32 = 4;
 const T_INT32 = 5;
 const T_FLOAT32 = 6;
+const T_BOOL = 7;
 const T_STRING = 8;
 const T_ARRAY = 9;
 const GGML_TYPE_F32 = 0;
@@ -65,6 +76,7 @@ const TOKEN_BYTE = 6;
 type MetaValue =
   | { type: typeof T_UINT32 | typeof T_INT32 | typeof T_FLOAT32; value: number }
   | { type: typeof T_STRING; value: string }
+  | { type: typeof T_BOOL; value: boolean }
   | { type: typeof T_ARRAY; of: typeof T_INT32 | typeof T_FLOAT32; value: number[] }
   | { type: typeof T_ARRAY; of: typeof T_STRING; value: string[] };
 
@@ -73,6 +85,8 @@ interface Tensor {
   /** GGUF order: dims[0] is the fastest-varying (row length). */
   dims: number[];
   fill: "ones" | "random";
+  /** A value that replaces the fill at some flat indices (the fill is still drawn, to keep the rest). */
+  set?: (index: number) => number | undefined;
 }
 
 const u32 = (value: number): MetaValue => ({ type: T_UINT32, value });
@@ -87,8 +101,40 @@ function vocabulary(): { tokens: string[]; types: number[] } {
   return { tokens, types };
 }
 
-function metadata(options: TinyGgufOptions, shape: Shape): Array<[string, MetaValue]> {
+/** The byte vocabulary's keys, as SentencePiece ("llama") models carry them. */
+function byteTokenizer(): Array<[string, MetaValue]> {
   const { tokens, types } = vocabulary();
+  return [
+    ["tokenizer.ggml.model", { type: T_STRING, value: "llama" }],
+    ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
+    ["tokenizer.ggml.scores", { type: T_ARRAY, of: T_FLOAT32, value: tokens.map(() => 0) }],
+    ["tokenizer.ggml.token_type", { type: T_ARRAY, of: T_INT32, value: types }],
+    ["tokenizer.ggml.unknown_token_id", u32(0)],
+    ["tokenizer.ggml.bos_token_id", u32(1)],
+    ["tokenizer.ggml.eos_token_id", u32(2)],
+  ];
+}
+
+/** The BPE vocabulary's keys, as Qwen2.5's GGUFs carry them (no BOS added; a turn ends the answer). */
+function bpeTokenizer(): Array<[string, MetaValue]> {
+  const { tokens, types, merges, endOfText, endOfTurn } = chatVocabulary();
+  return [
+    ["tokenizer.ggml.model", { type: T_STRING, value: "gpt2" }],
+    ["tokenizer.ggml.pre", { type: T_STRING, value: "qwen2" }],
+    ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
+    ["tokenizer.ggml.token_type", { type: T_ARRAY, of: T_INT32, value: types }],
+    ["tokenizer.ggml.merges", { type: T_ARRAY, of: T_STRING, value: merges }],
+    ["tokenizer.ggml.bos_token_id", u32(endOfText)],
+    ["tokenizer.ggml.eos_token_id", u32(endOfTurn)],
+    ["tokenizer.ggml.padding_token_id", u32(endOfText)],
+    ["tokenizer.ggml.add_bos_token", { type: T_BOOL, value: false }],
+    ["tokenizer.chat_template", { type: T_STRING, value: QWEN25_CHAT_TEMPLATE }],
+  ];
+}
+
+const vocabularySize = (options: TinyGgufOptions) => (options.vocabulary === "bpe" ? chatVocabulary().tokens.length : vocabulary().tokens.length);
+
+function metadata(options: TinyGgufOptions, shape: Shape): Array<[string, MetaValue]> {
   const arch = options.reranker ? "qwen3" : "llama";
   const pooling = options.reranker ? POOLING_RANK : options.meanPooling ? POOLING_MEAN : undefined;
   return [
@@ -103,16 +149,10 @@ function metadata(options: TinyGgufOptions, shape: Shape): Array<[string, MetaVa
     [`${arch}.attention.head_count_kv`, u32(shape.headKv)],
     [`${arch}.rope.dimension_count`, u32(shape.embd / shape.head)],
     [`${arch}.attention.layer_norm_rms_epsilon`, { type: T_FLOAT32, value: 1e-5 }],
-    [`${arch}.vocab_size`, u32(tokens.length)],
+    [`${arch}.vocab_size`, u32(vocabularySize(options))],
     ...(pooling === undefined ? [] : [[`${arch}.pooling_type`, u32(pooling)] as [string, MetaValue]]),
     ...(options.reranker ? [[`${arch}.classifier.output_labels`, { type: T_ARRAY, of: T_STRING, value: RERANK_LABELS }] as [string, MetaValue]] : []),
-    ["tokenizer.ggml.model", { type: T_STRING, value: "llama" }],
-    ["tokenizer.ggml.tokens", { type: T_ARRAY, of: T_STRING, value: tokens }],
-    ["tokenizer.ggml.scores", { type: T_ARRAY, of: T_FLOAT32, value: tokens.map(() => 0) }],
-    ["tokenizer.ggml.token_type", { type: T_ARRAY, of: T_INT32, value: types }],
-    ["tokenizer.ggml.unknown_token_id", u32(0)],
-    ["tokenizer.ggml.bos_token_id", u32(1)],
-    ["tokenizer.ggml.eos_token_id", u32(2)],
+    ...(options.vocabulary === "bpe" ? bpeTokenizer() : byteTokenizer()),
   ];
 }
 
@@ -145,6 +185,37 @@ function tensors(vocabSize: number, { embd, head, headKv, layer, ff }: Shape, re
     );
   }
   return list;
+}
+
+/**
+ * Raises the logits of a few tokens by fixed amounts, as an output bias would (llama has none):
+ * a few hidden dimensions pass through the blocks untouched (no block reads or writes them), and
+ * the output layer weighs them per token. Dimension 0 holds 1 in every embedding: a lean with no
+ * `after` weighs it. Each token that some lean follows gets a dimension of its own, 1 in that
+ * token's embedding only: the next token's logits see it (a bigram). The rest stays random.
+ */
+function leanTowards(list: Tensor[], { embd, ff }: Shape, leaning: Lean<number>[]): void {
+  const contexts = [...new Set(leaning.flatMap((lean) => (lean.after === undefined ? [] : [lean.after])))];
+  const carriers = 1 + contexts.length; // dimensions 0 .. carriers-1
+  const carrier = (lean: Lean<number>) => (lean.after === undefined ? 0 : 1 + contexts.indexOf(lean.after));
+  const weights = new Map(leaning.map((lean) => [`${lean.token}:${carrier(lean)}`, lean.by]));
+  const set = (suffix: string, at: (index: number) => number | undefined) => {
+    for (const tensor of list.filter((t) => t.name.endsWith(suffix))) tensor.set = at;
+  };
+  // [embd, vocab]: token t's embedding is elements t*embd .. t*embd+embd-1.
+  set("token_embd.weight", (i) => {
+    const [token, dim] = [Math.floor(i / embd), i % embd];
+    return dim === 0 ? 1 : dim < carriers ? (contexts[dim - 1] === token ? 1 : 0) : undefined;
+  });
+  set("attn_norm.weight", (i) => (i < carriers ? 0 : undefined));
+  set("ffn_norm.weight", (i) => (i < carriers ? 0 : undefined));
+  // [in, out]: output unit j is elements j*in .. j*in+in-1.
+  set("attn_output.weight", (i) => (i < embd * carriers ? 0 : undefined));
+  set("ffn_down.weight", (i) => (i < ff * carriers ? 0 : undefined));
+  set("output.weight", (i) => {
+    const [token, dim] = [Math.floor(i / embd), i % embd];
+    return dim < carriers ? (weights.get(`${token}:${dim}`) ?? 0) : undefined;
+  });
 }
 
 /** mulberry32: a small, well-mixed 32-bit PRNG; enough for weights that only need to be fixed. */
@@ -209,8 +280,9 @@ class ByteWriter {
   }
 }
 
-function writeScalar(out: ByteWriter, type: number, value: number | string): void {
+function writeScalar(out: ByteWriter, type: number, value: number | string | boolean): void {
   if (type === T_STRING) out.string(value as string);
+  else if (type === T_BOOL) out.bytes(Uint8Array.of(value ? 1 : 0));
   else if (type === T_UINT32) out.u32(value as number);
   else if (type === T_INT32) out.i32(value as number);
   else out.f32(value as number);
@@ -232,7 +304,8 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
   // Small uniform weights, scaled by fan-in, keep activations finite through both blocks.
   const scale = 1 / Math.sqrt(tensor.dims[0] ?? 1);
   for (let i = 0; i < elementCount(tensor); i++) {
-    out.f32(tensor.fill === "ones" ? 1 : (random() * 2 - 1) * scale);
+    const value = tensor.fill === "ones" ? 1 : (random() * 2 - 1) * scale;
+    out.f32(tensor.set?.(i) ?? value);
   }
 }
 
@@ -240,7 +313,8 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
 export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
   const shape = shapeOf(options);
   const meta = metadata(options, shape);
-  const list = tensors(vocabulary().tokens.length, shape, options.reranker ?? false);
+  const list = tensors(vocabularySize(options), shape, options.reranker ?? false);
+  if (options.vocabulary === "bpe") leanTowards(list, shape, chatVocabulary().leaning);
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
   out.u32(GGUF_VERSION);
