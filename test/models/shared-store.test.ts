@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -152,6 +152,28 @@ describe("two servers on one store", () => {
     expect((await ask({ url: b.url }, "POST", "/engines/unload", { all: true })).json()).toEqual({ unloaded_runners: 1 });
     await until(async () => (await readdir(layout.blobsDir)).length === 0, "the kept blob to be removed");
     await until(async () => (await readdir(layout.leasesDir).catch(() => [])).length === 0, "the leases to go");
+  });
+
+  it("rely on no more than Linux gives: a runner answers to its end from a blob unlinked under it", async () => {
+    // What a delete would do to a server whose lease it wrongly judged stale: the runner has the
+    // weights open, so the file stays readable to it until it closes them.
+    dir = await mkdtemp(join(tmpdir(), "llamadock-shared-"));
+    const { url } = await replica("a", "node", registry.host);
+    expect(await pull(url, "ai/tiny")).toContain("Model pulled successfully");
+    const stream = openStream({ url }, "/engines/v1/chat/completions", {
+      model: "ai/tiny",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 200,
+      stream: true,
+      stream_options: { include_usage: true },
+      ...NO_EARLY_STOP,
+    });
+    await stream.started;
+    await unlink(join(store().layout.blobsDir, hex(tiny.ggufDigest)));
+    const text = await stream.ended;
+    const usage = text.split("\n\n").map((e) => e.replace(/^data: /, "")).filter((e) => e.includes('"usage"')).map((e) => JSON.parse(e).usage).find(Boolean);
+    expect(usage.completion_tokens).toBe(200);
+    expect((await chat(url, "ai/tiny")).status).toBe(200); // the loaded runner still has it
   });
 
   it("survive one killed in the middle of a pull that the other joined: the other completes it, and a third lists and serves it", async () => {
