@@ -38,13 +38,17 @@ fi
 
 # --test: the model tests pull from a real OCI registry (CNCF distribution, Debian's docker-registry);
 # the security tests open pages in a real browser (Debian's chromium, headless); the command's
-# tests drive it in tmux; the deploy tests render the Kubernetes manifests with kubectl.
+# tests drive it in tmux; the deploy tests render the Kubernetes manifests with kubectl, and build
+# and run the image with podman.
 if [ "${1:-}" = "--test" ]; then
   wanted=""
   [ -x /usr/bin/docker-registry ] || wanted="$wanted docker-registry"
   command -v chromium >/dev/null 2>&1 || wanted="$wanted chromium"
   # The command's interactive chat is driven in a terminal multiplexer (send-keys, capture-pane).
   command -v tmux >/dev/null 2>&1 || wanted="$wanted tmux"
+  # The image is built and run with podman (runc: see scripts/podman-env.sh), its base made with
+  # mmdebstrap; the compose file is run with podman-compose.
+  for tool in podman runc mmdebstrap podman-compose; do command -v "$tool" >/dev/null 2>&1 || wanted="$wanted $tool"; done
   # The Kubernetes manifests are rendered with kubectl's Kustomize (components need Kustomize v4+,
   # so Debian's old kubernetes-client will not do): installed when apt offers a `kubectl` package.
   if ! command -v kubectl >/dev/null 2>&1; then
@@ -55,5 +59,13 @@ if [ "${1:-}" = "--test" ]; then
     log "installing with apt:$wanted"
     # shellcheck disable=SC2086
     apt_install $wanted
+  fi
+  # The image the deploy tests run, built before them (a cold build compiles llama.cpp, about ten
+  # minutes on 2 cores; then only changed layers are rebuilt, in seconds). Containers run as root.
+  if [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; then
+    log "building the image (npm run image:build)"
+    bash scripts/image-build.sh >/dev/null
+  else
+    log "neither root nor sudo: the image is not built, and its tests will be skipped"
   fi
 fi

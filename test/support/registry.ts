@@ -24,9 +24,9 @@ export const MODEL_MEDIA = {
 
 export type Registry = { host: string; url: string; process: ServerProcess; stop(): Promise<void> };
 
-export async function freePort(): Promise<number> {
+export async function freePort(host = "127.0.0.1"): Promise<number> {
   const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const address = server.address();
   await new Promise<void>((resolve) => server.close(() => resolve()));
   if (typeof address !== "object" || !address) throw new Error("no port");
@@ -43,11 +43,14 @@ async function waitUntilUp(url: string, process: ServerProcess): Promise<void> {
   throw new Error(`docker-registry did not answer on ${url}:\n${process.output()}`);
 }
 
-/** Starts `docker-registry` on 127.0.0.1 at a free port, storing under a new temporary folder. */
-export async function startRegistry(): Promise<Registry> {
+/**
+ * Starts `docker-registry`, storing under a new temporary folder: on 127.0.0.1 at a free port, or on
+ * `address`, a local one (a container bridge's gateway, for containers on this host), at `port`.
+ */
+export async function startRegistry(address = "127.0.0.1", port?: number): Promise<Registry> {
   const dir = await mkdtemp(join(tmpdir(), "llamadock-registry-"));
-  const port = await freePort();
-  const host = `127.0.0.1:${port}`;
+  port ??= await freePort(address);
+  const host = `${address}:${port}`;
   const config = [
     "version: 0.1",
     "log:",
