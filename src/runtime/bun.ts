@@ -18,7 +18,9 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAU
       // their answer is sent, a streamed one until it ends or its client leaves: past the cap, 503
       // at once, so a flood of clients cannot pile up work without bound.
       if (server.pendingRequests > max) return tooMany(max);
-      return handler(request);
+      // An HTTP/1.0 request without a Host header (HAProxy's health checks send them) comes with a
+      // relative URL, which no handler can parse: made absolute, as Node's and Deno's servers do.
+      return handler(request.url.charCodeAt(0) === SLASH ? new Request(`http://localhost${request.url}`, request) : request);
     },
   };
   const server =
@@ -38,6 +40,8 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAU
     },
   };
 }
+
+const SLASH = 47;
 
 const tooMany = (max: number) =>
   errorResponse(503, "unavailable_error", "too_many_connections", `more than ${max} requests at once`, { "retry-after": "1" });
