@@ -1,5 +1,5 @@
 // The llama.cpp sidecar: finding llama-server, and running one per model on its own Unix socket.
-export { buildLlamaServerArgs } from "./args.ts";
+export { buildLlamaServerArgs, runnerSpec, type Launch, type LaunchSettings } from "./args.ts";
 export { LLAMA_CPP_RELEASE, offloadDevices, resolveLlamaServerBinary, type LlamaServerBinary } from "./binary.ts";
 export { SidecarError, type SidecarErrorCode } from "./errors.ts";
 export type { Sidecar, SidecarState } from "./process.ts";

@@ -7,7 +7,8 @@ import type { WatchLimits } from "./watchdog.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelBytes } from "./memory/detect.ts";
 import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
-import { modelName, type Mode, type ModelRef, type RunnerSpec, type RunnerWish, type StartRunner } from "./types.ts";
+import { modelName, type Mode, type ModelRef, type RunnerWish, type StartRunner } from "./types.ts";
+import { runnerSpec } from "../../sidecar/index.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. Every
@@ -272,12 +273,13 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
     const threads = fixedThreads ?? threadShare(deps.limits.cpuCores, active.size + 1);
     const ahead = Math.min(deps.limits.runnerQueue ?? 0, deps.limits.queueDepth);
+    const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
     const options = {
       key: runnerKey(model.id, mode),
       modelId: model.id,
       model: modelName(model),
       mode,
-      spec: runnerSpec(model, mode, settings, { slots, threads, ahead, ...gpuAndContext(settings, sizing) }, ++serial),
+      spec: runnerSpec(model, mode, settings, { slots, threads, ahead, alias: modelName(model), pooling, ...gpuAndContext(settings, sizing) }, ++serial),
       slots,
       ahead,
       threads,
@@ -391,60 +393,3 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     },
   };
 }
-
-/** What the sidecar starts for a model in a mode with its settings. */
-export function runnerSpec(
-  model: ModelRef,
-  mode: Mode,
-  settings: ModelSettings,
-  {
-    slots,
-    threads,
-    ahead = 0,
-    gpuLayers,
-    contextSize,
-  }: { slots: number; threads: number; ahead?: number; gpuLayers?: string; contextSize?: number },
-  serial: number,
-): RunnerSpec {
-  const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
-  return {
-    // Names the runner's socket and log: unique, even while a reloaded runner still drains.
-    name: `${model.id.replace(/^sha256:/, "").slice(0, 12)}-${mode}-${serial}`,
-    // Answers name the model as people know it, not the runner (which changes on every reload).
-    alias: modelName(model),
-    modelPath: model.ggufPath,
-    ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
-    mode,
-    contextSize: contextSize ?? settings.contextSize,
-    parallel: slots,
-    ...(gpuLayers ? { gpuLayers } : {}),
-    ...(pooling ? { pooling } : {}),
-    // llama-server serves each keep-alive connection on one HTTP thread until it closes: with
-    // fewer threads than our open connections (a slot each, plus metrics), a request would wait
-    // for another connection's keep-alive to time out. The model's own flags come after and win.
-    // Compute threads: the runner's share of the cores (batch threads follow: same as --threads).
-    extraArgs: [
-      "--threads",
-      String(threads),
-      "--threads-http",
-      String(slots + ahead + HTTP_THREADS_SPARE),
-      ...settingFlags(settings),
-      ...(settings.runtimeFlags ?? []),
-    ],
-  };
-}
-
-/** llama-server flags for the settings that have their own fields (the draft's path is ours, from the store). */
-function settingFlags({ reasoningBudget, speculative }: ModelSettings): string[] {
-  const flags: string[] = [];
-  if (reasoningBudget !== undefined) flags.push("--reasoning-budget", String(reasoningBudget));
-  if (speculative) {
-    flags.push("--model-draft", speculative.draftPath);
-    if (speculative.numTokens !== undefined) flags.push("--spec-draft-n-max", String(speculative.numTokens));
-    if (speculative.minAcceptanceRate !== undefined) flags.push("--spec-draft-p-min", String(speculative.minAcceptanceRate));
-  }
-  return flags;
-}
-
-/** HTTP threads beyond one per slot: metrics scrapes, and connections still closing. */
-const HTTP_THREADS_SPARE = 8;
