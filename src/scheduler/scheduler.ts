@@ -1,110 +1,20 @@
 import { modelNotFound } from "../models/errors.ts";
-import { modelInUse, modelPinned, queueFull, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { modelInUse, modelPinned, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
-import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
-import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
-import type { WatchLimits } from "./watchdog.ts";
-import type { ModelSettings, SettingsStore } from "./settings.ts";
+import { planLaunch, planServe, wantedContext, type LaunchSnapshot, type RunnerSnapshot } from "./launch-plan.ts";
+import { runnerKey, threadShare } from "./policy.ts";
+import { Runner, type RunnerEvents, type RunnerOptions } from "./runner.ts";
 import { modelBytes } from "./memory/detect.ts";
-import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
-import { modelName, type Mode, type ModelRef, type RunnerWish, type StartRunner } from "./types.ts";
-import { runnerSpec } from "../../sidecar/index.ts";
+import type { MemoryLimits } from "./memory/sizing.ts";
+import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
+import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. Every
 // decision and the change it leads to happen in one synchronous step, so no await separates a
 // check from its effect.
 
-export type SchedulerLimits = {
-  maxRunners: number;
-  /** Default slots per runner (llama-server's --parallel). */
-  slots: number;
-  /** Requests that may wait per runner once its slots are taken. */
-  queueDepth: number;
-  /** Of those, how many wait in llama-server's own queue rather than ours (default 0). */
-  runnerQueue?: number;
-  /** Default keep-alive, e.g. "5m". */
-  keepAlive: string;
-  /** CPU cores the runners share (affinity and cgroup quota). */
-  cpuCores: number;
-  /** Threads per runner, fixed; default: the cores shared among the runners loaded. */
-  threads?: number;
-  /** How a runner that stopped answering is noticed (then killed and replaced); none: never. */
-  watch?: WatchLimits;
-};
-
-export type SchedulerDeps = {
-  start: StartRunner;
-  settings: SettingsStore;
-  limits: SchedulerLimits;
-  observe?: SchedulerObserver;
-  /**
-   * The memory budget the runners' estimates must fit in, read once (the devices are queried);
-   * none: runners are only counted.
-   */
-  memory?: () => Promise<MemoryLimits | undefined>;
-  /** Bytes of a model's files as stored; default: their sizes on disk. */
-  modelBytes?: (model: ModelRef) => Promise<number>;
-  /**
-   * The serial of the first runner (its name's last part; default 1). A process gives its start
-   * time in ms, so that its runners' names, sockets and logs follow the previous run's instead
-   * of repeating them (the newest log of a model is the one with the highest serial).
-   */
-  firstSerial?: number;
-};
-
-/** Hooks for metrics: loads, their time, crashes. */
-export type SchedulerObserver = {
-  loaded?(model: string, mode: Mode, ms: number): void;
-  loadFailed?(model: string, mode: Mode): void;
-  crashed?(model: string, mode: Mode): void;
-};
-
-export type RunnerInfo = {
-  model: string;
-  modelId: string;
-  mode: Mode;
-  state: RunnerState;
-  inUse: number;
-  waiting: number;
-  lastUsed: number;
-  keepAlive: string;
-  threads: number;
-  /** Pinned with `pin`: never evicted, never expires, relaunched when it crashes. */
-  pinned: boolean;
-  /** The context it runs with, when the scheduler chose or knows it. */
-  contextSize?: number;
-  /** Its estimated memory and where that is, when a budget is kept. */
-  memory?: Sizing["estimate"] & { where: Sizing["where"] };
-};
-
-export interface Scheduler {
-  /** A slot on the model's runner for `mode`, loading it first if needed. */
-  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal, wish?: RunnerWish): Promise<Lease>;
-  /** Loads the runner in the background (after configure), if it is not loaded. */
-  preload(model: ModelRef, mode: Mode): void;
-  /**
-   * Pins the model's runner for `mode`: loaded now (resolves once it is ready), never evicted, never
-   * unloaded for its keep-alive or by `unload`, and launched again when it crashes or is replaced.
-   */
-  pin(model: ModelRef, mode: Mode): Promise<void>;
-  runners(): RunnerInfo[];
-  /** Unloads the idle runners that match; returns how many. A runner in use is left alone. */
-  unload(match: (info: RunnerInfo) => boolean): Promise<number>;
-  /**
-   * Deletes a model: unloads its runners (409 if one is serving), then runs `remove`. Until `remove`
-   * settles no runner of the model launches (a request for it gets the 404 of a missing model), so
-   * none opens a blob that is being unlinked; a failed delete leaves the model usable.
-   */
-  whileDeleting<T>(model: ModelRef, remove: () => Promise<T>): Promise<T>;
-  /** After its settings changed: new requests get a runner loaded with them. */
-  reload(model: ModelRef): void;
-  /** The memory budget and what the runners use of it; undefined when none is kept. */
-  memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
-  /** Fetches each ready runner's `/metrics`, with its model and mode. */
-  scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
-  stopAll(): Promise<void>;
-}
+export type { RunnerInfo, Scheduler, SchedulerDeps, SchedulerLimits, SchedulerObserver } from "./api.ts";
 
 export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
@@ -199,8 +109,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    */
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, wish: RunnerWish, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
-    // A pinned runner keeps its context: a request's wish would reload it back and forth.
-    const wanted = pinned.has(key) ? undefined : wish.contextSize;
+    const wanted = wantedContext(pinned.has(key), wish.contextSize);
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
     let budget: { memory: MemoryLimits | undefined; weights: number } | undefined;
     const loaded = () => {
@@ -208,16 +117,16 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (closed) throw shuttingDown();
       if (deleting.has(model.id)) throw modelNotFound(modelName(model));
       const runner = active.get(key);
-      if (!runner || wanted === undefined || hasContext(runner, wanted)) return runner;
-      replace(runner); // its requests end first; this one goes to a runner with the context it asks for
-      return undefined;
+      const plan = planServe(runner && snapshotOf(runner), wanted);
+      if (plan === "replace") replace(runner!);
+      return plan === "use" ? runner : undefined;
     };
     for (;;) {
       // A loaded runner is used at once (most requests): only a launch needs the settings.
       const existing = loaded();
       if (existing) return use(existing);
       // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
-      let settings = await deps.settings.get(model.id);
+      const settings = await deps.settings.get(model.id);
       if (loaded()) continue;
       if (!budget) {
         const memory = await deps.memory?.();
@@ -225,39 +134,44 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         continue; // what was read above may have changed meanwhile: decide afresh
       }
       const { memory, weights } = budget;
-      const slots = settings.slots ?? deps.limits.slots;
-      if (wanted !== undefined) settings = { ...settings, contextSize: boundContext(model, settings, slots, weights, memory, wanted) };
-      const views = [...active.values(), ...leaving].map((r) => ({
-        // Unique per runner: a replaced runner still draining shares its (model, mode) key.
-        key: r.options.spec.name,
-        busy: r.busy,
-        // A replaced runner still serving (draining) frees its room only when its requests end,
-        // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
-        stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
-        lastUsed: r.lastUsed,
-        pinned: pinned.has(r.options.key),
-        bytes: r.options.memory?.total ?? 0,
-      }));
-      // Sized beside the runners that stay (those stopping give their memory back soon); a model
-      // that cannot fit even alone throws its 507 here, before anything is unloaded.
-      const others = views.reduce((sum, v) => sum + (v.stopping ? 0 : v.bytes), 0);
-      const sizing = memory && sizeLaunch(model, settings, slots, weights, others, memory);
-      const need = sizing && memory ? { bytes: sizing.estimate.total, budget: memory.budget.bytes } : undefined;
-      const plan = pickEviction(views, deps.limits.maxRunners, need);
-      if (plan.kind === "room") return use(launch(model, mode, settings, sizing, wanted));
+      const snapshot: LaunchSnapshot = {
+        runners: everyRunner().map(snapshotOf),
+        pinned,
+        limits: deps.limits,
+        settings,
+        ...(wanted !== undefined ? { wantedContext: wanted } : {}),
+        ...(memory ? { memory: { limits: memory, weights } } : {}),
+        waitingForRoom: waitingForRoom.get(key) ?? 0,
+        serial: serial + 1,
+      };
+      const plan = planLaunch(snapshot, model, mode);
+      if (plan.kind === "launch") return use(launch(plan.runner));
+      if (plan.kind === "refuse") throw plan.error;
       // The unloads go on if the client leaves; only the wait for them ends.
-      if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
-      else await waitForRoom(key, slots, model, signal);
+      if (plan.kind === "evict") await unlessAborted(Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!))), signal);
+      else await waitForRoom(key, signal);
     }
   }
 
-  const runnerByKey = (name: string) => [...active.values(), ...leaving].find((r) => r.options.spec.name === name);
+  const everyRunner = () => [...active.values(), ...leaving];
+  const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
+  const snapshotOf = (r: Runner): RunnerSnapshot => ({
+    name: r.options.spec.name,
+    key: r.options.key,
+    state: r.state,
+    busy: r.busy,
+    leaving: leaving.has(r),
+    lastUsed: r.lastUsed,
+    bytes: r.options.memory?.total ?? 0,
+    threads: r.options.threads,
+    threadsFixed: r.options.threadsFixed,
+    ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
+    ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
+  });
 
-  /** Waits for room to launch; the queue rules bound how many may wait for one runner. */
-  async function waitForRoom(key: string, slots: number, model: ModelRef, signal?: AbortSignal): Promise<void> {
-    const waiting = waitingForRoom.get(key) ?? 0;
-    if (waiting >= slots + deps.limits.queueDepth) throw queueFull(modelName(model));
-    waitingForRoom.set(key, waiting + 1);
+  /** Waits for room to launch, counted among those waiting for it (which the plan bounds). */
+  async function waitForRoom(key: string, signal?: AbortSignal): Promise<void> {
+    waitingForRoom.set(key, (waitingForRoom.get(key) ?? 0) + 1);
     try {
       await waitForCapacity(signal);
     } finally {
@@ -267,29 +181,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     }
   }
 
-  function launch(model: ModelRef, mode: Mode, settings: ModelSettings, sizing: Sizing | undefined, requestedContext: number | undefined): Runner {
-    const slots = settings.slots ?? deps.limits.slots;
-    const keepAlive = pinned.has(runnerKey(model.id, mode)) ? "-1" : (settings.keepAlive ?? deps.limits.keepAlive);
-    const fixedThreads = settings.threads ?? threadsInFlags(settings.runtimeFlags) ?? deps.limits.threads;
-    const threads = fixedThreads ?? threadShare(deps.limits.cpuCores, active.size + 1);
-    const ahead = Math.min(deps.limits.runnerQueue ?? 0, deps.limits.queueDepth);
-    const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
-    const options = {
-      key: runnerKey(model.id, mode),
-      modelId: model.id,
-      model: modelName(model),
-      mode,
-      spec: runnerSpec(model, mode, settings, { slots, threads, ahead, alias: modelName(model), pooling, ...gpuAndContext(settings, sizing) }, ++serial),
-      slots,
-      ahead,
-      threads,
-      threadsFixed: fixedThreads !== undefined,
-      queueDepth: deps.limits.queueDepth,
-      keepAlive,
-      ...(sizing ? { memory: { ...sizing.estimate, where: sizing.where } } : {}),
-      ...(deps.limits.watch ? { watch: deps.limits.watch } : {}),
-      ...(requestedContext !== undefined ? { requestedContext } : {}),
-    };
+  function launch(options: RunnerOptions): Runner {
+    serial++;
     const runner = new Runner(options, deps.start, events);
     active.set(options.key, runner);
     return runner;
@@ -309,16 +202,6 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
     ...(runner.options.memory ? { memory: runner.options.memory } : {}),
   });
-
-  /** On a GPU budget, every layer on the GPU unless the model's flags say otherwise; the chosen context. */
-  function gpuAndContext(settings: ModelSettings, sizing: Sizing | undefined) {
-    const flags = settings.runtimeFlags ?? [];
-    const offload = sizing?.where === "gpu" && !flags.some((f) => /^(-ngl|--n-gpu-layers)(=|$)/.test(f));
-    return { ...(offload ? { gpuLayers: "all" } : {}), ...(sizing?.contextSize !== undefined ? { contextSize: sizing.contextSize } : {}) };
-  }
-
-  /** Whether the runner was launched for this context, as asked or as it came out. */
-  const hasContext = (runner: Runner, context: number) => runner.options.requestedContext === context || runner.options.spec.contextSize === context;
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
     [...runners].filter((r) => r.options.modelId === model.id);

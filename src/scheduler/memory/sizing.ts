@@ -1,13 +1,14 @@
 import { formatSize } from "../../models/gguf.ts";
 import { modelTooLarge } from "../errors.ts";
+import type { HttpError } from "../../http/errors.ts";
 import type { MemoryBudget } from "./budget.ts";
 import { estimateMemory, flagValue, largestFittingContext, shapeOf, type Estimate } from "./estimate.ts";
 import type { ModelSettings } from "../settings.ts";
 import type { ModelRef } from "../types.ts";
 
 // The context a launch gets and what it will cost: the configured context, else the model's own
-// for each slot, capped to what fits beside the runners loaded (at least the floor for each slot). Pure: the scheduler hands it
-// the state it reads in the same synchronous step as it acts.
+// for each slot, capped to what fits beside the runners loaded (at least the floor for each slot).
+// Pure: part of the launch plan (see ../launch-plan.ts).
 
 export type MemoryLimits = {
   budget: MemoryBudget;
@@ -27,6 +28,9 @@ export function runsOnGpu(budget: MemoryBudget, flags: string[] = []): boolean {
   return budget.where === "gpu" && flagValue(flags, "-ngl", "--n-gpu-layers") !== "0";
 }
 
+/** The sizing, or the 507 of a model that cannot fit even alone. */
+export type SizingOutcome = { kind: "fits"; sizing: Sizing } | { kind: "refuse"; error: HttpError };
+
 export function sizeLaunch(
   model: ModelRef,
   settings: ModelSettings,
@@ -35,7 +39,7 @@ export function sizeLaunch(
   /** Bytes of the runners that stay loaded beside it. */
   others: number,
   limits: MemoryLimits,
-): Sizing {
+): SizingOutcome {
   const flags = settings.runtimeFlags ?? [];
   const where = runsOnGpu(limits.budget, flags) ? "gpu" : "cpu";
   const shape = shapeOf(model.config?.gguf ?? {}, model.config?.architecture);
@@ -63,15 +67,16 @@ export function sizeLaunch(
 }
 
 /** A model that cannot fit even alone is refused at once (507), naming the numbers. */
-function check(model: ModelRef, sizing: Sizing, limits: MemoryLimits, fitting: (() => number | undefined) | undefined): Sizing {
-  if (sizing.estimate.total <= limits.budget.bytes) return sizing;
+function check(model: ModelRef, sizing: Sizing, limits: MemoryLimits, fitting: (() => number | undefined) | undefined): SizingOutcome {
+  if (sizing.estimate.total <= limits.budget.bytes) return { kind: "fits", sizing };
   const { weights, kvCache, compute, total, contextSize } = sizing.estimate;
   const context = fitting?.();
   const parts = `weights ${formatSize(weights)}, KV cache ${formatSize(kvCache)} for ${contextSize} tokens, compute ${formatSize(compute)}`;
   const hint = context ? `a context size of ${context} tokens would fit` : "it does not fit with any context size";
   const name = model.tags[0] ?? model.id;
   const where = sizing.where === "gpu" ? "GPU memory" : "memory";
-  throw modelTooLarge(`model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`);
+  const message = `model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`;
+  return { kind: "refuse", error: modelTooLarge(message) };
 }
 
 /**

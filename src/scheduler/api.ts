@@ -1,0 +1,99 @@
+import type { MemoryLimits, Sizing } from "./memory/sizing.ts";
+import type { Lease, RunnerState } from "./runner.ts";
+import type { SettingsStore } from "./settings.ts";
+import type { Mode, ModelRef, RunnerWish, StartRunner } from "./types.ts";
+import type { WatchLimits } from "./watchdog.ts";
+
+// The scheduler as the rest of the server sees it: what it is built from, what it answers, what it
+// reports. Its workings are in scheduler.ts (the single writer) and the plans it applies.
+
+export type SchedulerLimits = {
+  maxRunners: number;
+  /** Default slots per runner (llama-server's --parallel). */
+  slots: number;
+  /** Requests that may wait per runner once its slots are taken. */
+  queueDepth: number;
+  /** Of those, how many wait in llama-server's own queue rather than ours (default 0). */
+  runnerQueue?: number;
+  /** Default keep-alive, e.g. "5m". */
+  keepAlive: string;
+  /** CPU cores the runners share (affinity and cgroup quota). */
+  cpuCores: number;
+  /** Threads per runner, fixed; default: the cores shared among the runners loaded. */
+  threads?: number;
+  /** How a runner that stopped answering is noticed (then killed and replaced); none: never. */
+  watch?: WatchLimits;
+};
+
+export type SchedulerDeps = {
+  start: StartRunner;
+  settings: SettingsStore;
+  limits: SchedulerLimits;
+  observe?: SchedulerObserver;
+  /**
+   * The memory budget the runners' estimates must fit in, read once (the devices are queried);
+   * none: runners are only counted.
+   */
+  memory?: () => Promise<MemoryLimits | undefined>;
+  /** Bytes of a model's files as stored; default: their sizes on disk. */
+  modelBytes?: (model: ModelRef) => Promise<number>;
+  /**
+   * The serial of the first runner (its name's last part; default 1). A process gives its start
+   * time in ms, so that its runners' names, sockets and logs follow the previous run's instead
+   * of repeating them (the newest log of a model is the one with the highest serial).
+   */
+  firstSerial?: number;
+};
+
+/** Hooks for metrics: loads, their time, crashes. */
+export type SchedulerObserver = {
+  loaded?(model: string, mode: Mode, ms: number): void;
+  loadFailed?(model: string, mode: Mode): void;
+  crashed?(model: string, mode: Mode): void;
+};
+
+export type RunnerInfo = {
+  model: string;
+  modelId: string;
+  mode: Mode;
+  state: RunnerState;
+  inUse: number;
+  waiting: number;
+  lastUsed: number;
+  keepAlive: string;
+  threads: number;
+  /** Pinned with `pin`: never evicted, never expires, relaunched when it crashes. */
+  pinned: boolean;
+  /** The context it runs with, when the scheduler chose or knows it. */
+  contextSize?: number;
+  /** Its estimated memory and where that is, when a budget is kept. */
+  memory?: Sizing["estimate"] & { where: Sizing["where"] };
+};
+
+export interface Scheduler {
+  /** A slot on the model's runner for `mode`, loading it first if needed. */
+  acquire(model: ModelRef, mode: Mode, signal?: AbortSignal, wish?: RunnerWish): Promise<Lease>;
+  /** Loads the runner in the background (after configure), if it is not loaded. */
+  preload(model: ModelRef, mode: Mode): void;
+  /**
+   * Pins the model's runner for `mode`: loaded now (resolves once it is ready), never evicted, never
+   * unloaded for its keep-alive or by `unload`, and launched again when it crashes or is replaced.
+   */
+  pin(model: ModelRef, mode: Mode): Promise<void>;
+  runners(): RunnerInfo[];
+  /** Unloads the idle runners that match; returns how many. A runner in use is left alone. */
+  unload(match: (info: RunnerInfo) => boolean): Promise<number>;
+  /**
+   * Deletes a model: unloads its runners (409 if one is serving), then runs `remove`. Until `remove`
+   * settles no runner of the model launches (a request for it gets the 404 of a missing model), so
+   * none opens a blob that is being unlinked; a failed delete leaves the model usable.
+   */
+  whileDeleting<T>(model: ModelRef, remove: () => Promise<T>): Promise<T>;
+  /** After its settings changed: new requests get a runner loaded with them. */
+  reload(model: ModelRef): void;
+  /** The memory budget and what the runners use of it; undefined when none is kept. */
+  memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
+  /** Fetches each ready runner's `/metrics`, with its model and mode. */
+  scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
+  stopAll(): Promise<void>;
+}
