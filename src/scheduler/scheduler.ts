@@ -1,8 +1,9 @@
 import { modelNotFound } from "../models/errors.ts";
-import { modelInUse, modelPinned, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
+import { RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
 import { planLaunch, planServe, wantedContext, type LaunchSnapshot, type RunnerSnapshot } from "./launch-plan.ts";
-import { runnerKey, threadShare } from "./policy.ts";
+import { keepAliveAfterRequest, planAfter, planDelete, planRebalance, unloadable, type RunnerEvent } from "./lifecycle-plan.ts";
+import { runnerKey } from "./policy.ts";
 import { Runner, type RunnerEvents, type RunnerOptions } from "./runner.ts";
 import { modelBytes } from "./memory/detect.ts";
 import type { MemoryLimits } from "./memory/sizing.ts";
@@ -10,9 +11,10 @@ import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts
 import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
-// recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. Every
-// decision and the change it leads to happen in one synchronous step, so no await separates a
-// check from its effect.
+// recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. It is
+// the single writer of the runners' state: each decision is a pure plan (launch-plan.ts,
+// lifecycle-plan.ts) made from a snapshot of that state, and applied in the same synchronous step,
+// so no await separates a check from its effect.
 
 export type { RunnerInfo, Scheduler, SchedulerDeps, SchedulerLimits, SchedulerObserver } from "./api.ts";
 
@@ -30,6 +32,42 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
 
+  /** A runner as listings (and `unload`'s match) see it. */
+  const info = (runner: Runner): RunnerInfo => ({
+    model: runner.options.model,
+    modelId: runner.options.modelId,
+    mode: runner.options.mode,
+    state: runner.state,
+    inUse: runner.inUse,
+    waiting: runner.waiting,
+    lastUsed: runner.lastUsed,
+    keepAlive: runner.keepAlive,
+    threads: runner.options.threads,
+    pinned: pinned.has(runner.options.key),
+    ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
+    ...(runner.options.memory ? { memory: runner.options.memory } : {}),
+  });
+
+  const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
+    [...runners].filter((r) => r.options.modelId === model.id);
+
+  // The state as the plans see it: read, decided on and acted upon in one synchronous step.
+  const everyRunner = () => [...active.values(), ...leaving];
+  const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
+  const snapshotOf = (r: Runner): RunnerSnapshot => ({
+    name: r.options.spec.name,
+    key: r.options.key,
+    state: r.state,
+    busy: r.busy,
+    leaving: leaving.has(r),
+    lastUsed: r.lastUsed,
+    bytes: r.options.memory?.total ?? 0,
+    threads: r.options.threads,
+    threadsFixed: r.options.threadsFixed,
+    ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
+    ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
+  });
+
   const notifyCapacity = () => {
     const waiters = [...capacityWaiters];
     capacityWaiters.clear();
@@ -38,11 +76,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   const events: RunnerEvents = {
     idle: notifyCapacity,
-    // A runner loaded before it was pinned still has its keep-alive timer: pinned, it stays.
-    expired: (runner) => void (pinned.has(runner.options.key) || unloadRunner(runner)),
+    expired: (runner) => after("expired", runner),
     loaded(runner, ms) {
       deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms);
-      rebalance();
+      for (const name of planRebalance(everyRunner().map(snapshotOf), deps.limits.cpuCores)) replace(runnerByName(name)!);
     },
     loadFailed: (runner) => deps.observe?.loadFailed?.(runner.options.model, runner.options.mode),
     gone(runner, crashed) {
@@ -50,49 +87,44 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       leaving.delete(runner);
       if (crashed) deps.observe?.crashed?.(runner.options.model, runner.options.mode);
       notifyCapacity();
-      // A load that failed is not retried here (it would fail again at once); readiness asks again.
-      if (crashed) repin(runner.options.key);
+      after(crashed ? "crashed" : "stopped", runner);
     },
     unresponsive(runner) {
-      if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
-      leaving.add(runner);
+      retire(runner);
+      after("unresponsive", runner);
     },
   };
 
-  function unloadRunner(runner: Runner): Promise<void> {
+  /** Applies what follows an event in the runner's life. */
+  function after(event: RunnerEvent, runner: Runner): void {
+    const plan = planAfter(event, { pinned: pinned.has(runner.options.key), closed });
+    if (plan === "unload") void unloadRunner(runner);
+    if (plan === "relaunch") {
+      const pin = pinned.get(runner.options.key)!;
+      preload(pin.model, pin.mode);
+    }
+  }
+
+  /** Out of service: new requests for its (model, mode) get a fresh runner; it stays listed until gone. */
+  function retire(runner: Runner): void {
     if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
     leaving.add(runner);
+  }
+
+  function unloadRunner(runner: Runner): Promise<void> {
+    retire(runner);
     return runner.stop();
   }
 
   /** Takes a runner out of service: it finishes what it serves and has queued; new requests get a fresh one. */
   function replace(runner: Runner): void {
-    if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
-    leaving.add(runner);
+    retire(runner);
     runner.drain();
-    repin(runner.options.key);
-  }
-
-  /** A pinned runner that went away comes back at once (not on the next request). */
-  function repin(key: string): void {
-    const pin = pinned.get(key);
-    if (pin && !closed) preload(pin.model, pin.mode);
+    after("replaced", runner);
   }
 
   function preload(model: ModelRef, mode: Mode): void {
     void withRunner(model, mode, undefined, {}, () => {}).catch(() => {});
-  }
-
-  /**
-   * The cores are shared among the runners loaded: one whose automatic thread count is above its
-   * share now that another runner joined is replaced (it finishes its requests first; the next
-   * request loads it with its share). A lasting oversubscription costs far more than one reload.
-   */
-  function rebalance(): void {
-    const share = threadShare(deps.limits.cpuCores, active.size);
-    for (const runner of [...active.values()]) {
-      if (runner.state === "ready" && !runner.options.threadsFixed && runner.options.threads > share) replace(runner);
-    }
   }
 
   function waitForCapacity(signal?: AbortSignal): Promise<void> {
@@ -153,22 +185,6 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     }
   }
 
-  const everyRunner = () => [...active.values(), ...leaving];
-  const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
-  const snapshotOf = (r: Runner): RunnerSnapshot => ({
-    name: r.options.spec.name,
-    key: r.options.key,
-    state: r.state,
-    busy: r.busy,
-    leaving: leaving.has(r),
-    lastUsed: r.lastUsed,
-    bytes: r.options.memory?.total ?? 0,
-    threads: r.options.threads,
-    threadsFixed: r.options.threadsFixed,
-    ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
-    ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
-  });
-
   /** Waits for room to launch, counted among those waiting for it (which the plan bounds). */
   async function waitForRoom(key: string, signal?: AbortSignal): Promise<void> {
     waitingForRoom.set(key, (waitingForRoom.get(key) ?? 0) + 1);
@@ -188,24 +204,6 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     return runner;
   }
 
-  const info = (runner: Runner): RunnerInfo => ({
-    model: runner.options.model,
-    modelId: runner.options.modelId,
-    mode: runner.options.mode,
-    state: runner.state,
-    inUse: runner.inUse,
-    waiting: runner.waiting,
-    lastUsed: runner.lastUsed,
-    keepAlive: runner.keepAlive,
-    threads: runner.options.threads,
-    pinned: pinned.has(runner.options.key),
-    ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
-    ...(runner.options.memory ? { memory: runner.options.memory } : {}),
-  });
-
-  const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
-    [...runners].filter((r) => r.options.modelId === model.id);
-
   return {
     async acquire(model, mode, signal, wish = {}) {
       // A runner that goes away while this request waits in its queue (crash, reload, unload): one
@@ -213,8 +211,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       for (let attempt = 0; ; attempt++) {
         try {
           return await withRunner(model, mode, signal, wish, (runner) => {
-            // A pinned runner never expires: a request's keep_alive does not apply to it.
-            if (!pinned.has(runner.options.key)) runner.keepFor(wish.keepAlive ?? runner.options.keepAlive);
+            const keep = keepAliveAfterRequest(pinned.has(runner.options.key), wish.keepAlive, runner.options.keepAlive);
+            if (keep !== undefined) runner.keepFor(keep);
             return runner.acquire(signal);
           });
         } catch (error) {
@@ -237,18 +235,18 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       return { budget, usedBytes };
     },
     async unload(match) {
-      const idle = [...active.values()].filter((r) => !r.busy && !pinned.has(r.options.key) && match(info(r)));
+      const idle = everyRunner().filter((r) => unloadable(snapshotOf(r), pinned) && match(info(r)));
       await Promise.all(idle.map(unloadRunner));
       return idle.length;
     },
     async whileDeleting(model, remove) {
-      // The check, the guard and taking the runners out of `active` are one synchronous step.
-      const runners = ofModel(model, [...active.values(), ...leaving]);
-      if ([...pinned.values()].some((p) => p.model.id === model.id)) throw modelPinned(modelName(model));
-      if (runners.some((r) => r.busy)) throw modelInUse(modelName(model));
+      // The plan, the guard and taking the runners out of `active` are one synchronous step.
+      const isPinned = [...pinned.values()].some((p) => p.model.id === model.id);
+      const plan = planDelete(ofModel(model, everyRunner()).map(snapshotOf), isPinned, modelName(model));
+      if (plan.kind === "refuse") throw plan.error;
       deleting.set(model.id, (deleting.get(model.id) ?? 0) + 1);
       try {
-        await Promise.all(runners.map(unloadRunner));
+        await Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!)));
         return await remove();
       } finally {
         const left = deleting.get(model.id)! - 1;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { planLaunch, planServe, wantedContext, type LaunchSnapshot, type RunnerSnapshot } from "../../src/scheduler/launch-plan.ts";
+import { keepAliveAfterRequest, planAfter, planDelete, planRebalance, unloadable, type AfterEvent, type RunnerEvent } from "../../src/scheduler/lifecycle-plan.ts";
 import type { MemoryBudget } from "../../src/scheduler/memory/budget.ts";
 import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts";
 import type { ModelSettings } from "../../src/scheduler/settings.ts";
@@ -214,5 +215,72 @@ describe("a request's context (Ollama's num_ctx)", () => {
     const watch = { healthTimeoutMs: 1000, stallMs: 5000, promptStallMs: 10000 };
     expect(launched({ limits: { ...snapshot().limits, watch } }, A).watch).toEqual(watch);
     expect(launched({}, A).watch).toBeUndefined();
+  });
+});
+
+describe("planAfter: what follows an event in a runner's life", () => {
+  it.each<[RunnerEvent, { pinned: boolean; closed: boolean }, AfterEvent]>([
+    ["expired", { pinned: false, closed: false }, "unload"],
+    // Loaded before it was pinned, it still has its keep-alive timer.
+    ["expired", { pinned: true, closed: false }, "nothing"],
+    ["crashed", { pinned: false, closed: false }, "nothing"],
+    ["crashed", { pinned: true, closed: false }, "relaunch"],
+    ["crashed", { pinned: true, closed: true }, "nothing"],
+    ["replaced", { pinned: false, closed: false }, "nothing"],
+    ["replaced", { pinned: true, closed: false }, "relaunch"],
+    ["replaced", { pinned: true, closed: true }, "nothing"],
+    // A failed load would fail again at once: not retried here.
+    ["stopped", { pinned: true, closed: false }, "nothing"],
+    // Killed for not answering: its end comes as a crash, which relaunches a pinned one.
+    ["unresponsive", { pinned: false, closed: false }, "nothing"],
+    ["unresponsive", { pinned: true, closed: false }, "nothing"],
+  ])("%s, %o: %s", (event, facts, plan) => {
+    expect(planAfter(event, facts)).toBe(plan);
+  });
+});
+
+describe("planRebalance: runners above their share of the cores are replaced", () => {
+  const auto = (name: string, threads: number, extra: Partial<RunnerSnapshot> = {}) => runner(name, 1, { threads, threadsFixed: false, ...extra });
+  it.each<[string, RunnerSnapshot[], number, string[]]>([
+    ["alone with every core: kept", [auto("x", 4)], 4, []],
+    ["a second runner halves the share: the first is replaced", [auto("x", 4), auto("y", 2)], 4, ["x"]],
+    ["threads that were set are kept", [auto("x", 4, { threadsFixed: true }), auto("y", 2)], 4, []],
+    ["a runner still loading is left to finish", [auto("x", 4, { state: "loading" }), auto("y", 2)], 4, []],
+    ["one leaving takes no share", [auto("x", 4), auto("y", 2, { leaving: true, state: "draining" })], 4, []],
+    ["at least one thread each", [auto("x", 1), auto("y", 1), auto("z", 1)], 2, []],
+  ])("%s", (_, runners, cores, replaced) => {
+    expect(planRebalance(runners, cores)).toEqual(replaced);
+  });
+});
+
+describe("keepAliveAfterRequest", () => {
+  it.each<[boolean, string | undefined, string, string | undefined]>([
+    [false, undefined, "5m", "5m"],
+    [false, "0", "5m", "0"],
+    [false, "-1", "5m", "-1"],
+    [true, "0", "-1", undefined],
+  ])("pinned %s, asked %s, configured %s: %s", (pinned, requested, configured, kept) => {
+    expect(keepAliveAfterRequest(pinned, requested, configured)).toBe(kept);
+  });
+});
+
+describe("unload and delete", () => {
+  const pins = new Set(["sha256:p/completion"]);
+  it.each<[string, RunnerSnapshot, boolean]>([
+    ["an idle runner", runner("x", 1), true],
+    ["one in use", runner("x", 1, busy), false],
+    ["a pinned one", runner("p", 1), false],
+    ["one already leaving", runner("x", 1, { leaving: true, state: "stopping" }), false],
+  ])("unload takes %s: %s", (_, r, taken) => {
+    expect(unloadable(r, pins)).toBe(taken);
+  });
+
+  it.each<[string, RunnerSnapshot[], boolean, object]>([
+    ["unloads every runner of the model, leaving ones too", [runner("x", 1), runner("y", 1, { leaving: true, state: "stopping" })], false, { kind: "unload", names: ["x", "y"] }],
+    ["none loaded", [], false, { kind: "unload", names: [] }],
+    ["refuses while one serves (409)", [runner("x", 1), runner("y", 1, busy)], false, { kind: "refuse", error: { status: 409, code: "model_in_use" } }],
+    ["refuses a pinned model (409)", [], true, { kind: "refuse", error: { status: 409, code: "model_pinned" } }],
+  ])("delete: %s", (_, runners, pinned, plan) => {
+    expect(planDelete(runners, pinned, "ai/x:latest")).toMatchObject(plan);
   });
 });
