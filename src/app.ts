@@ -1,27 +1,13 @@
 import { systemClock } from "./album/deadline.ts";
 import { createAlbumHandler } from "./album/handler.ts";
 import type { Config } from "./config.ts";
-import type { GuardPolicy } from "./http/guard.ts";
-import type { FetchHandler, ListenTarget, Runtime } from "./runtime/types.ts";
+import type { Runtime } from "./runtime/types.ts";
+import type { Service } from "./service.ts";
 
 // The single place where dependencies are wired: config and runtime in, services out.
 // No runtime imports here; `index.ts` chooses the runtime.
 
-export type Service = {
-  name: string;
-  /** The routes, before the guard (in-process tests call it). */
-  handler: FetchHandler;
-  targets: ListenTarget[];
-  /** Who may call, checked on each listener before any route (see src/http/guard.ts). */
-  policy: GuardPolicy;
-  /** Ends what the service started (the model runner's llama-server runners), after its listeners closed. */
-  stop?: () => Promise<void>;
-  /**
-   * On SIGTERM, before the listeners close: new requests get 503 and readiness fails; resolves once
-   * the work in flight ended, or after `graceMs`.
-   */
-  drain?: (graceMs: number) => Promise<void>;
-};
+export type { Service };
 
 export async function buildServices(config: Config, runtime: Runtime): Promise<Service[]> {
   const services: Service[] = [];
@@ -51,6 +37,3 @@ export async function buildServices(config: Config, runtime: Runtime): Promise<S
   }
   return services;
 }
-
-/** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
-export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";

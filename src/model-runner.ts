@@ -14,11 +14,14 @@ import { createDrain } from "./pod/drain.ts";
 import { HEALTH_PATHS, healthRoutes } from "./pod/health.ts";
 import { createPinned, pullThrough } from "./pod/pinned.ts";
 import type { ListenTarget, Runtime } from "./runtime/types.ts";
-import { UNIX_SOCKET_PREFIX, type Service } from "./app.ts";
+import type { Service } from "./service.ts";
 import { VERSION } from "./version.ts";
 
 // The model runner's wiring: its store, scheduler, routes and guard policy. Loaded only when the
 // runner is served, so that an album-only process does not carry its code and heap.
+
+/** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
+export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
 /** What Docker Model Runner's clients ask to see that a runner is there, and which. */
 const runningText = () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } });
