@@ -70,6 +70,10 @@ export const methodNotAllowed = (allow: string[]) =>
 export const clientGone = (message = "client closed the request") =>
   new HttpError(499, "invalid_request_error", "client_closed_request", message);
 
+/** A request beyond the cap on requests in flight (HTTP_MAX_CONNECTIONS), where the runtime answers one. */
+export const overloaded = (max: number) =>
+  errorResponse(503, "unavailable_error", "too_many_connections", `more than ${max} requests at once`, { "retry-after": "1" });
+
 /**
  * Renders anything thrown by a handler; an unexpected error is a 500 that names no internals. Given
  * its request and where to report it, it is logged with the request and the 500 names the request's

@@ -1,10 +1,9 @@
 /// <reference types="bun-types" />
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
-import { errorResponse } from "../http/errors.ts";
-import { DEFAULT_SERVE_LIMITS, endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type SpawnOptions } from "./types.ts";
+import { endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type ServeOptions, type SpawnOptions } from "./types.ts";
 
-async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
+async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeOptions): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
   const max = limits.maxConnections;
   // The idle timeout bounds a client that sends its headers slowly (and an idle keep-alive
@@ -17,7 +16,7 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAU
       // Bun's server does not count connections, but counts requests in flight (this one too) until
       // their answer is sent, a streamed one until it ends or its client leaves: past the cap, 503
       // at once, so a flood of clients cannot pile up work without bound.
-      if (server.pendingRequests > max) return tooMany(max);
+      if (server.pendingRequests > max) return limits.overloaded(max);
       // An HTTP/1.0 request without a Host header (HAProxy's health checks send them) comes with a
       // relative URL, which no handler can parse: made absolute, as Node's and Deno's servers do.
       return handler(request.url.charCodeAt(0) === SLASH ? new Request(`http://localhost${request.url}`, request) : request);
@@ -42,9 +41,6 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits = DEFAU
 }
 
 const SLASH = 47;
-
-const tooMany = (max: number) =>
-  errorResponse(503, "unavailable_error", "too_many_connections", `more than ${max} requests at once`, { "retry-after": "1" });
 
 function unixFetch(socketPath: string): typeof fetch {
   // timeout: false turns off Bun's 5-minute socket idle timer, which would cut a generation whose

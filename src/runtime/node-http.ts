@@ -1,7 +1,7 @@
 import { createServer, type Server, type ServerResponse } from "node:http";
 import { createServerAdapter } from "@whatwg-node/server";
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
-import { DEFAULT_SERVE_LIMITS, type FetchHandler, type ListenTarget, type Listener } from "./types.ts";
+import type { FetchHandler, ListenTarget, Listener, ServeLimits } from "./types.ts";
 
 // Serving a fetch handler with node:http, under Node and under Deno. Deno's own Deno.serve has no
 // header timeout and does not count connections, so a client that never finishes its headers
@@ -47,7 +47,7 @@ function cancelledOnDeparture(response: Response, res: ServerResponse): Response
   return new Response(relayed, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
-export async function serveWithNodeHttp(handler: FetchHandler, target: ListenTarget, limits = DEFAULT_SERVE_LIMITS): Promise<Listener> {
+export async function serveWithNodeHttp(handler: FetchHandler, target: ListenTarget, limits: ServeLimits): Promise<Listener> {
   // The native Request/Response, not the ponyfill, so handlers see the same classes as on Bun/Deno.
   const adapter = createServerAdapter<{ res: ServerResponse }>(async (request, { res }) => cancelledOnDeparture(await handler(request), res), {
     fetchAPI: { Request, Response, Headers, fetch, ReadableStream, URL },

@@ -20,7 +20,14 @@ export type ServeLimits = {
   maxConnections: number;
 };
 
-export const DEFAULT_SERVE_LIMITS: ServeLimits = { headersTimeoutMs: 10_000, maxConnections: 1024 };
+/** How a listener serves: its limits, and what it answers a request it turns away. */
+export type ServeOptions = ServeLimits & {
+  /**
+   * The answer to a request beyond `maxConnections` where the runtime answers one (Bun; node:http
+   * closes the connection instead). The caller's, in its own error shape: the runtime knows none.
+   */
+  overloaded: (maxConnections: number) => Response;
+};
 
 export interface Listener {
   /** Where it listens, for logs: `http://127.0.0.1:8080` or `unix:/run/x.sock`. */
@@ -65,7 +72,7 @@ export interface SpawnOptions {
 export interface Runtime {
   readonly name: "bun" | "deno" | "node";
   readonly version: string;
-  serve(handler: FetchHandler, target: ListenTarget, limits?: ServeLimits): Promise<Listener>;
+  serve(handler: FetchHandler, target: ListenTarget, options: ServeOptions): Promise<Listener>;
   /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
   unixFetch(socketPath: string): typeof fetch;
   /**
