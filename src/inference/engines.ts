@@ -21,6 +21,8 @@ export type EngineDeps = {
   scheduler: Scheduler;
   settings: SettingsStore;
   metrics: InferenceMetrics;
+  /** How long one reading of the runners' figures serves every scrape (default RUNNER_FIGURES_MS). */
+  runnerFiguresMs?: number;
   /** llama-server's version, as it reports it; rejects when no binary is usable. */
   engineVersion: () => Promise<string>;
   /** Bytes on disk of the store and of the engine (DMR's `df`). */
@@ -188,7 +190,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   }
 
   // /slots gives each slot's context and the tokens it holds: the KV-cache gauge is made of them.
-  const runnerFigures = sharedFor(RUNNER_FIGURES_MS, () => Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]));
+  const runnerFigures = sharedFor(deps.runnerFiguresMs ?? RUNNER_FIGURES_MS, () => Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]));
 
   async function metrics(): Promise<Response> {
     const [scraped, slots] = await runnerFigures();
