@@ -127,6 +127,9 @@ const Settings = z.object({
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
   // Runner logs kept there (every load writes one): the oldest go as runners start; a live runner's stays.
   INFERENCE_LOGS_KEPT: z.coerce.number().int().min(1).default(20),
+  // How long one reading of the runners' /metrics and /slots serves every /metrics scrape (an open
+  // path: a tight scrape loop must not keep every runner answering); 0 reads them on each scrape.
+  INFERENCE_METRICS_CACHE_MS: z.coerce.number().int().min(0).max(60_000).default(1_000),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
   // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
   // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.
@@ -211,6 +214,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
       logDir: s.INFERENCE_LOG_DIR,
       logsKept: s.INFERENCE_LOGS_KEPT,
+      metricsCacheMs: s.INFERENCE_METRICS_CACHE_MS,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },

@@ -11,6 +11,7 @@ import { readJson as readJsonUpTo } from "../http/body.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENGINE } from "./routes.ts";
 import type { DiskUsage } from "./disk.ts";
+import { RUNNER_FIGURES_MS, sharedFor } from "./scrape-cache.ts";
 
 // Engine management, in Docker Model Runner's shapes: status, running runners, unload, per-model
 // settings, and the Prometheus metrics of us and of every runner.
@@ -20,6 +21,8 @@ export type EngineDeps = {
   scheduler: Scheduler;
   settings: SettingsStore;
   metrics: InferenceMetrics;
+  /** How long one reading of the runners' figures serves every scrape (default RUNNER_FIGURES_MS). */
+  runnerFiguresMs?: number;
   /** llama-server's version, as it reports it; rejects when no binary is usable. */
   engineVersion: () => Promise<string>;
   /** Bytes on disk of the store and of the engine (DMR's `df`). */
@@ -186,9 +189,11 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     return Response.json(entries);
   }
 
+  // /slots gives each slot's context and the tokens it holds: the KV-cache gauge is made of them.
+  const runnerFigures = sharedFor(deps.runnerFiguresMs ?? RUNNER_FIGURES_MS, () => Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]));
+
   async function metrics(): Promise<Response> {
-    // /slots gives each slot's context and the tokens it holds: the KV-cache gauge is made of them.
-    const [scraped, slots] = await Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]);
+    const [scraped, slots] = await runnerFigures();
     const text = deps.metrics.render(scheduler.runners(), scraped, slots);
     return new Response(text, { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
   }

@@ -72,6 +72,7 @@ export function createInference(
       scheduler,
       settings,
       metrics,
+      runnerFiguresMs: config.metricsCacheMs,
       engineVersion: async () => (await launcher.binary()).version,
       diskUsage: () => diskUsage(store.root, launcher.binary),
     }),

@@ -13,7 +13,11 @@ const NAME = "ai/gauged:latest";
 let stack: Stack;
 
 beforeAll(async () => {
-  stack = await startStack({ models: [MODEL], embedders: ["ai/embedder"], env: { INFERENCE_SLOTS: "2", INFERENCE_QUEUE_DEPTH: "8" } });
+  // The runners' figures are read on every scrape here (INFERENCE_METRICS_CACHE_MS=0): on the tiny
+  // model, llama-server defers the queued requests for less than the default second a reading is
+  // kept, and this test must see each reading as it is (test/inference/scrape-cache.test.ts shows the sharing).
+  const env = { INFERENCE_SLOTS: "2", INFERENCE_QUEUE_DEPTH: "8", INFERENCE_METRICS_CACHE_MS: "0" };
+  stack = await startStack({ models: [MODEL], embedders: ["ai/embedder"], env });
 }, 120_000);
 afterAll(async () => {
   await stack?.stop();
