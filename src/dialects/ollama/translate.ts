@@ -1,53 +1,9 @@
 // Ollama's /api bodies to and from what llama-server speaks (OpenAI chat, completions and
 // embeddings). Pure: a body in, a body out; a chunk in, a line out. Table-tested without a process.
 
-export type OllamaMessage = {
-  role: string;
-  content?: string;
-  images?: string[];
-  thinking?: string;
-  tool_calls?: { id?: string; function: { index?: number; name: string; arguments: Record<string, unknown> | string } }[];
-  tool_name?: string;
-  tool_call_id?: string;
-};
+import type { OllamaChat, OllamaGenerate, OllamaMessage, OllamaOptions, OpenAIAnswer, OpenAIMessage, OpenAIToolCall, Timings, Usage } from "./shapes.ts";
 
-export type OllamaOptions = Record<string, unknown>;
-
-export type OllamaChat = {
-  model: string;
-  messages?: OllamaMessage[];
-  tools?: unknown[];
-  format?: unknown;
-  options?: OllamaOptions;
-  think?: boolean | string;
-  stream?: boolean;
-  logprobs?: boolean;
-  top_logprobs?: number;
-};
-
-export type OllamaGenerate = {
-  model: string;
-  prompt?: string;
-  suffix?: string;
-  system?: string;
-  images?: string[];
-  raw?: boolean;
-  format?: unknown;
-  options?: OllamaOptions;
-  think?: boolean | string;
-  stream?: boolean;
-};
-
-type OpenAIToolCall = { id?: string; type?: string; index?: number; function?: { name?: string; arguments?: string } };
-type OpenAIMessage = { role?: string; content?: string | null; reasoning_content?: string | null; tool_calls?: OpenAIToolCall[] };
-type Timings = { prompt_n?: number; prompt_ms?: number; predicted_n?: number; predicted_ms?: number };
-type Usage = { prompt_tokens?: number; completion_tokens?: number };
-export type OpenAIAnswer = {
-  choices?: { message?: OpenAIMessage; delta?: OpenAIMessage; text?: string; finish_reason?: string | null }[];
-  usage?: Usage;
-  timings?: Timings;
-  error?: { message?: string };
-};
+export type { OllamaChat, OllamaGenerate, OllamaMessage, OllamaOptions, OpenAIAnswer } from "./shapes.ts";
 
 // Sampling options llama-server takes under the same name (its /v1 endpoints accept its own
 // sampling fields beside OpenAI's).
