@@ -1,6 +1,7 @@
-# Sourced by the scripts that build and run the image with podman (image-build.sh, compose-pool.sh,
-# kube-play.sh): installs podman when it is missing, writes podman's settings for this project in a
-# folder of its own and exports CONTAINERS_CONF, so that nothing of the host's podman setup changes.
+# Sourced by scripts/image-build.sh (the deploy tests then run, compose and play the image with the
+# settings it prints): installs podman when it is missing, writes podman's settings for this project
+# in a folder of its own and exports CONTAINERS_CONF, so that nothing of the host's podman setup
+# changes.
 #
 # The settings (see containers.conf(5)):
 # - runtime runc: crun, podman's default, refuses hosts whose cgroups are hybrid (v1 and v2 mounted);

@@ -194,8 +194,8 @@ describe.skipIf(!kubectl && !inCi)("kubernetes manifests", () => {
     const server = named(all(), "Deployment", "llamadock")!;
     const [init] = server.spec.template.spec.initContainers;
     const script = [...init.command, ...init.args].join("\n");
-    const subcommands = [...script.matchAll(/^\s*llamadock\s+([a-z][\w-]*)/gm)].map((m) => m[1]!);
-    expect(subcommands).toEqual(["pull"]);
+    const subcommands = [...script.matchAll(/(?:^|[\s;(])llamadock\s+([a-z][\w-]*)/gm)].map((m) => m[1]!);
+    expect(subcommands).toEqual(["status", "pull"]);
     // The image puts `llamadock` on PATH as the project's command-line entry.
     expect(readFileSync(join(projectRoot, "Dockerfile"), "utf8")).toMatch(/\/usr\/local\/bin\/llamadock/);
     for (const subcommand of subcommands) {

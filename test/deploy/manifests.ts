@@ -14,7 +14,7 @@ export const KUBE_DIR = join(projectRoot, "deploy", "kubernetes");
 
 // Plain objects as rendered: fields are read loosely and checked by the schemas first.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; labels?: Record<string, string> }; [field: string]: any };
+export type K8sObject = { apiVersion: string; kind: string; metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> }; [field: string]: any };
 
 export const hasKubectl = (): boolean => spawnSync("kubectl", ["version", "--client"], { stdio: "ignore" }).status === 0;
 

@@ -13,9 +13,12 @@ export const IMAGE = "localhost/llamadock:cpu";
 
 const asRoot = process.getuid?.() === 0;
 
+/** Whether `command --version` runs here. */
+export const hasCommand = (command: string): boolean => spawnSync(command, ["--version"], { stdio: "ignore" }).status === 0;
+
 /** Whether podman can be run here (installed, and root or sudo without a password). */
 export function podmanUsable(): boolean {
-  if (spawnSync("podman", ["--version"], { stdio: "ignore" }).status !== 0) return false;
+  if (!hasCommand("podman")) return false;
   return asRoot || spawnSync("sudo", ["-n", "true"], { stdio: "ignore" }).status === 0;
 }
 

@@ -1,0 +1,142 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { stringify } from "yaml";
+import { ask, type Answer } from "../support/http.ts";
+import { BASE_IMAGE, buildImage, exec, hasCommand, inCi, podmanUsable, startRegistryContainer, type Podman, type RegistryContainer } from "../support/podman.ts";
+import { freePort, pushModel } from "../support/registry.ts";
+import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { until } from "../support/until.ts";
+
+// deploy/compose.yaml as a user starts it, with Debian's podman-compose (1.0.3, which knows no
+// profiles: the services are named instead, as the file's comments do too). Only what this host
+// lacks is changed, in an override file: the gateway's image (HAProxy from Debian, as no container
+// registry can be reached) and the pool's pinned model, from a registry on the compose network.
+
+const usable = podmanUsable() && hasCommand("podman-compose");
+if (!usable && !inCi) console.warn("podman or podman-compose cannot run here: deploy/compose.yaml is NOT run (scripts/setup.sh --test installs podman and podman-compose; in CI this fails)");
+
+const BUILD_TIMEOUT_MS = 60 * 60_000;
+const GATEWAY_IMAGE = "localhost/llamadock-haproxy:bookworm";
+const REPLICAS = ["llamadock-1", "llamadock-2"];
+
+describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose", () => {
+  const project = `llamadock-compose-test-${process.pid}`;
+  let podman: Podman;
+  let dir: string;
+  let registry: RegistryContainer;
+  let model: string;
+  let key: string;
+  let defaultKey: string | undefined;
+  let weights: string;
+  let env: NodeJS.ProcessEnv;
+
+  const compose = (args: string[], extra: NodeJS.ProcessEnv = {}) =>
+    exec("podman-compose", ["-p", project, "-f", "deploy/compose.yaml", "-f", join(dir, "override.yaml"), ...args], { env: { ...env, ...extra }, timeoutMs: 300_000 });
+  const container = (service: string) => `${project}_${service}_1`;
+
+  beforeAll(async () => {
+    podman = await buildImage(BUILD_TIMEOUT_MS);
+    env = { ...podman.env, API_KEYS: undefined };
+    dir = await mkdtemp(join(tmpdir(), "llamadock-compose-"));
+    // HAProxy from Debian, started as the official image starts it (master-worker, in the foreground).
+    await writeFile(join(dir, "Containerfile"), [
+      `FROM ${BASE_IMAGE}`,
+      "RUN apt-get update && apt-get install -y --no-install-recommends haproxy && rm -rf /var/lib/apt/lists/*",
+      'CMD ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]',
+    ].join("\n"));
+    await podman.run(["build", "--layers", "--tag", GATEWAY_IMAGE, dir], { timeoutMs: 600_000 });
+    // The compose network, made first so that the registry is on it before the replicas pull.
+    await podman.run(["network", "create", `${project}_default`]);
+    registry = await startRegistryContainer(podman, `${project}-registry`, `${project}_default`, dir, "registry");
+    weights = (await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ seed: 11 }))).ggufDigest.replace("sha256:", "");
+    model = `${registry.address}/test/tiny:latest`;
+    const pinned = { PINNED_MODELS: model, REGISTRY_INSECURE: registry.address };
+    await writeFile(join(dir, "override.yaml"), stringify({
+      services: {
+        ...Object.fromEntries(REPLICAS.map((name) => [name, { environment: pinned }])),
+        gateway: { image: GATEWAY_IMAGE },
+      },
+    }));
+  }, BUILD_TIMEOUT_MS + 600_000);
+
+  afterAll(async () => {
+    if (!podman) return;
+    if (dir) await compose(["down", "--volumes"]).catch((error) => console.warn(String(error)));
+    await registry?.stop();
+    await podman.run(["network", "rm", "--force", `${project}_default`], { allowFailure: true });
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it("the default service starts, with an API key generated into its volume", async () => {
+    const port = await freePort();
+    await compose(["up", "-d", "llamadock"], { LLAMADOCK_PORT: String(port), LLAMADOCK_ALBUM_PORT: String(await freePort()) });
+    const target = { url: `http://127.0.0.1:${port}` };
+    await until(async () => (await ask(target, "GET", "/livez").catch(() => undefined))?.status === 200, "the default service's /livez", 4800);
+    const logs = await podman.run(["logs", container("llamadock")]);
+    expect(logs.stderr + logs.stdout).toContain("generated one into /models/.api-keys");
+    defaultKey = (await podman.run(["exec", container("llamadock"), "cat", "/models/.api-keys"])).stdout.trim();
+    expect(defaultKey).toMatch(/^[0-9a-f]{48}$/);
+    expect((await ask(target, "GET", "/models")).status).toBe(401);
+    expect((await ask(target, "GET", "/models", undefined, { authorization: `Bearer ${defaultKey}` })).status).toBe(200);
+    await compose(["stop", "llamadock"]);
+  }, 300_000);
+
+  describe("the pool: two replicas on one store behind HAProxy", () => {
+    let target: { url: string };
+    const chat = () => ask(target, "POST", "/engines/v1/chat/completions", { model, messages: [{ role: "user", content: "hi" }], max_tokens: 2 }, { authorization: `Bearer ${key}` });
+    const servedBy = (answer: Answer) => answer.headers["x-llamadock-replica"];
+    /** Sends chats one after another until each replica in `wanted` has answered one. */
+    const untilServedBy = async (wanted: string[], what: string) => {
+      const seen = new Set<string>();
+      await until(async () => {
+        const answer = await chat().catch(() => undefined);
+        if (answer?.status === 200) seen.add(String(servedBy(answer)));
+        return wanted.every((name) => seen.has(name));
+      }, what, 2400);
+    };
+
+    beforeAll(async () => {
+      const port = await freePort();
+      target = { url: `http://127.0.0.1:${port}` };
+      await compose(["up", "-d", "gateway"], { LLAMADOCK_PORT: String(port) });
+      // The key of the shared volume: the default service's, or a replica's when it ran first.
+      await until(async () => (key = (await podman.run(["exec", container(REPLICAS[0]!), "cat", "/models/.api-keys"], { allowFailure: true })).stdout.trim()) !== "", "the volume's API key");
+      await untilServedBy(REPLICAS, "both replicas serving through the gateway");
+    }, 600_000);
+
+    it("share the default service's model volume (its generated key too), holding the pinned model once", async () => {
+      for (const name of REPLICAS) {
+        const { stdout } = await podman.run(["inspect", "--format", '{{range .Mounts}}{{if eq .Destination "/models"}}{{.Name}}{{end}}{{end}}', container(name)]);
+        expect(stdout.trim()).toBe(`${project}_models`);
+      }
+      // Run alone (-t), the pool made the volume and its key itself.
+      if (defaultKey) expect(key).toBe(defaultKey);
+      // Both pinned and loaded the model; the store holds its weights once (no partial file left).
+      const blobs = await podman.run(["exec", container(REPLICAS[1]!), "ls", "/models/blobs/sha256"]);
+      expect(blobs.stdout.trim().split("\n")).toEqual([weights]);
+    });
+
+    it("spreads requests over both replicas", async () => {
+      const answers = [];
+      for (let i = 0; i < 10; i++) answers.push(await chat());
+      expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+      const counts = new Map<string, number>();
+      for (const answer of answers) counts.set(String(servedBy(answer)), (counts.get(String(servedBy(answer))) ?? 0) + 1);
+      expect([...counts.keys()].sort()).toEqual(REPLICAS);
+    }, 120_000);
+
+    it("keeps serving from the other replica when one is killed, and takes the killed one back once it restarts", async () => {
+      const { stdout } = await podman.run(["inspect", "--format", "{{.State.Pid}}", container(REPLICAS[0]!)]);
+      process.kill(Number(stdout.trim()), "SIGKILL");
+      const answers = [];
+      for (let i = 0; i < 10; i++) answers.push(await chat());
+      expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));
+      // The first one right after the kill: the killed replica cannot be back yet.
+      expect(servedBy(answers[0]!)).toBe(REPLICAS[1]);
+      // restart: unless-stopped brings it back; the gateway sends to it again once /readyz says so.
+      await untilServedBy([REPLICAS[0]!], "the killed replica serving again");
+    }, 300_000);
+  });
+});
