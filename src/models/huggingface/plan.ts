@@ -40,7 +40,7 @@ function withDigest(file: HubFile): HubFile & { digest: string } {
   return file as HubFile & { digest: string };
 }
 
-function buildManifest(weights: HubFile & { digest: string }, mmproj?: HubFile & { digest: string }): Uint8Array {
+function buildArtifact(weights: HubFile & { digest: string }, mmproj?: HubFile & { digest: string }): { manifest: Uint8Array; config: Uint8Array } {
   const layers = [weights, mmproj].filter((f) => f !== undefined);
   const config = new TextEncoder().encode(
     JSON.stringify({ config: { format: "gguf" }, descriptor: {}, rootfs: { type: "rootfs", diff_ids: layers.map((l) => l.digest) } }),
@@ -51,7 +51,7 @@ function buildManifest(weights: HubFile & { digest: string }, mmproj?: HubFile &
     config: { mediaType: MediaTypes.configs[0], digest: digestOf(config), size: config.byteLength },
     layers: layers.map((l) => ({ mediaType: l === weights ? MediaTypes.gguf : MediaTypes.mmproj, digest: l.digest, size: l.size })),
   };
-  return new TextEncoder().encode(JSON.stringify(manifest));
+  return { manifest: new TextEncoder().encode(JSON.stringify(manifest)), config };
 }
 
 export async function planHubPull(store: ModelStore, reference: ModelReference, options: HubOptions, signal: AbortSignal): Promise<PullPlan> {
@@ -61,14 +61,18 @@ export async function planHubPull(store: ModelStore, reference: ModelReference, 
   const projector = files.find((f) => isGguf(f) && isMmproj(f));
   const mmproj = projector && withDigest(projector);
   const chosen = [weights, mmproj].filter((f) => f !== undefined);
-  const manifest = buildManifest(weights, mmproj);
+  const { manifest, config: configBytes } = buildArtifact(weights, mmproj);
+  const configDigest = digestOf(configBytes);
   return {
     key: reference.key,
     id: digestOf(manifest),
     manifest,
     layers: chosen.map((f) => ({ digest: f.digest, size: f.size, source: fileSource(options, repository, f) })),
-    describe: () => {
-      const files = { gguf: [weights.digest], ...(mmproj ? { mmproj: mmproj.digest } : {}) };
+    config: configDigest,
+    describe: async () => {
+      // Kept, so that the model can be pushed as the artifact its manifest names.
+      await store.putBlob(configBytes);
+      const files = { gguf: [weights.digest], ...(mmproj ? { mmproj: mmproj.digest } : {}), config: configDigest };
       const config = quantOf(weights) ? { quantization: quantOf(weights)! } : {};
       return describeModel(store, files, new Map(chosen.map((f) => [f.digest, f.size])), { config });
     },
