@@ -13,6 +13,7 @@ import { progressStream } from "./pull/stream.ts";
 import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
 import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
+import { pushRoute } from "./push/routes.ts";
 import type { ModelStore, StoredModel } from "./store/store.ts";
 
 // The model-management API: pull (`POST /models/create`, streaming NDJSON progress), list,
@@ -119,6 +120,7 @@ export function createModelApi(deps: ModelRoutesDeps): ModelApi {
     { method: "POST", path: "/models/create", handle: create },
     { method: "GET", path: "/models", handle: async () => Response.json((await store.list()).map(publicModel)) },
     { method: "POST", path: "/models/:reference+/tag", handle: tag },
+    pushRoute({ store, registry: deps.registry }),
     { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
     { method: "DELETE", path: "/models/:reference+", handle: remove },
   ];
