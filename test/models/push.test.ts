@@ -182,7 +182,7 @@ describe("POST /models/{name}/push", () => {
     const warning = lines.find((l) => l.type === "warning");
     expect(warning?.message).toMatch(/not whole here.*rebuilt from the model's record, whose id is sha256:[0-9a-f]{64}/);
     expect(lines.at(-1)).toMatchObject({ type: "success" });
-    const rebuiltId = /whose id is (sha256:[0-9a-f]{64})/.exec(warning!.message)![1];
+    const rebuiltId = /whose id is (sha256:[0-9a-f]{64})/.exec(warning!.message)![1]!;
 
     const there = await api();
     expect((await pull(there.handler, { from: name })).lines.at(-1)).toMatchObject({ type: "success" });

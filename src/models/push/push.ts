@@ -2,6 +2,7 @@ import { open, readFile } from "node:fs/promises";
 import * as z from "zod";
 import { badRequest } from "../../http/errors.ts";
 import { buildArtifact, FILEPATH_ANNOTATION, type ArtifactLayer } from "../artifact.ts";
+import { modelNotFound } from "../errors.ts";
 import { resolveOr404 } from "../lookup.ts";
 import { HUGGING_FACE, parseReference, type ModelReference } from "../reference.ts";
 import type { RegistryOptions } from "../registry/client.ts";
@@ -27,8 +28,8 @@ const Descriptor = z.looseObject({ mediaType: z.string(), digest: z.string().reg
 const StoredManifest = z.looseObject({ config: Descriptor, layers: z.array(Descriptor) });
 type Descriptor = z.infer<typeof Descriptor>;
 
-/** A blob to send: its descriptor and how to read it (a store file, or bytes built here). */
-type Outgoing = { descriptor: Descriptor; body: BlobBody };
+/** A blob to send: its descriptor and how to read it (a store file, at `path`, or bytes built here). */
+type Outgoing = { descriptor: Descriptor; body: BlobBody; path?: string };
 
 export type PushPlan = {
   reference: ModelReference;
@@ -85,7 +86,7 @@ async function storedManifest(store: ModelStore, model: StoredModel) {
 async function chooseArtifact(store: ModelStore, model: StoredModel) {
   const stored = await storedManifest(store, model);
   const present = async (d: Descriptor) => store.hasBlob(d.digest);
-  const fromStore = (d: Descriptor): Outgoing => ({ descriptor: d, body: fileBody(store.layout.blob(d.digest)) });
+  const fromStore = (d: Descriptor): Outgoing => ({ descriptor: d, body: fileBody(store.layout.blob(d.digest)), path: store.layout.blob(d.digest) });
   if (stored && (await present(stored.config)) && (await Promise.all(stored.layers.map(present))).every(Boolean)) {
     return { manifest: stored.bytes, config: fromStore(stored.config), layers: stored.layers.map(fromStore) };
   }
@@ -96,7 +97,7 @@ async function chooseArtifact(store: ModelStore, model: StoredModel) {
   const artifact = buildArtifact(model, layers);
   return {
     manifest: artifact.manifest,
-    config: { descriptor: artifact.configDescriptor, body: bytesBody(artifact.config) },
+    config: { descriptor: artifact.configDescriptor, body: bytesBody(artifact.config) } as Outgoing,
     layers: kept.map(fromStore),
     warning: `the stored artifact of ${model.id} is not whole here (its config or some layers were never kept): pushing one rebuilt from the model's record, whose id is ${artifact.id}`,
   };
@@ -120,7 +121,10 @@ export async function planPush(
   if (reference.digest) throw badRequest("invalid_reference", `a push needs a tag to put the model under, not a digest: ${name}`);
   const model = await resolveOr404(store, name);
   const artifact = await chooseArtifact(store, model);
-  const release = store.pin([artifact.config, ...artifact.layers].map((b) => b.descriptor.digest));
+  // Held as a runner holds its files: a delete meanwhile, by any process on the store, leaves
+  // them until the push is done; one that came first makes the model not found.
+  const paths = [artifact.config, ...artifact.layers].flatMap((b) => (b.path ? [b.path] : []));
+  const release = await store.serve(paths).catch(() => Promise.reject(modelNotFound(name)));
   const destination = openDestination(reference, registry, bearerToken);
   try {
     await destination.start(signal);
