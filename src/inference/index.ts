@@ -73,7 +73,7 @@ export function createInference(
       settings,
       metrics,
       engineVersion: async () => (await launcher.binary()).version,
-      diskUsage: () => diskUsage(store.root, launcher.binary),
+      diskUsage: () => diskUsage(store, launcher.binary),
     }),
   ];
   return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };

@@ -187,9 +187,9 @@ describe("POST /models/{name}/push", () => {
     const there = await api();
     expect((await pull(there.handler, { from: name })).lines.at(-1)).toMatchObject({ type: "success" });
     const [pulled] = (await call(there.handler, "GET", "/models")).json;
-    expect(pulled.id).toBe(rebuiltId);
+    expect(pulled.id).toBe(rebuiltId!);
     expect(pulled.config).toMatchObject({ format: "gguf", architecture: "llama" });
-    const manifest = JSON.parse(await readFile(there.store.layout.manifest(rebuiltId), "utf8"));
+    const manifest = JSON.parse(await readFile(there.store.layout.manifest(rebuiltId!), "utf8"));
     expect(manifest.layers.map((l: { digest: string }) => l.digest)).toEqual([tiny.ggufDigest, sha256(license)]);
   });
 });

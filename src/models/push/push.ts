@@ -1,6 +1,7 @@
-import { open, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import * as z from "zod";
 import { badRequest } from "../../http/errors.ts";
+import { fileBody } from "../file-body.ts";
 import { buildArtifact, FILEPATH_ANNOTATION, type ArtifactLayer } from "../artifact.ts";
 import { modelNotFound } from "../errors.ts";
 import { resolveOr404 } from "../lookup.ts";
@@ -43,26 +44,7 @@ export type PushPlan = {
   release(): void;
 };
 
-const CHUNK = 1 << 20;
-
-/** A store file as a stream, read in 1 MiB chunks as the upload takes them. */
-const fileBody = (path: string): BlobBody => (read) => {
-  let file: Awaited<ReturnType<typeof open>> | undefined;
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      file ??= await open(path, "r");
-      const chunk = new Uint8Array(CHUNK);
-      const { bytesRead } = await file.read(chunk, 0, CHUNK, null);
-      if (bytesRead === 0) {
-        await file.close();
-        return controller.close();
-      }
-      read(bytesRead);
-      controller.enqueue(chunk.subarray(0, bytesRead));
-    },
-    cancel: () => file?.close(),
-  });
-};
+const storeFile = (path: string): BlobBody => (read) => fileBody(path, read);
 
 const bytesBody = (bytes: Uint8Array): BlobBody => (read) =>
   new ReadableStream<Uint8Array>({
@@ -86,7 +68,7 @@ async function storedManifest(store: ModelStore, model: StoredModel) {
 async function chooseArtifact(store: ModelStore, model: StoredModel) {
   const stored = await storedManifest(store, model);
   const present = async (d: Descriptor) => store.hasBlob(d.digest);
-  const fromStore = (d: Descriptor): Outgoing => ({ descriptor: d, body: fileBody(store.layout.blob(d.digest)), path: store.layout.blob(d.digest) });
+  const fromStore = (d: Descriptor): Outgoing => ({ descriptor: d, body: storeFile(store.layout.blob(d.digest)), path: store.layout.blob(d.digest) });
   if (stored && (await present(stored.config)) && (await Promise.all(stored.layers.map(present))).every(Boolean)) {
     return { manifest: stored.bytes, config: fromStore(stored.config), layers: stored.layers.map(fromStore) };
   }
