@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -20,6 +20,7 @@ let target: Registry;
 let dir: string;
 let env: Record<string, string>;
 const weights = tinyLlamaGguf({ seed: 77 });
+const MANIFEST = "application/vnd.oci.image.manifest.v1+json";
 
 beforeAll(async () => {
   [stack, target, dir] = await Promise.all([startStack({ models: ["ai/tiny"] }), startRegistry(), mkdtemp(join(tmpdir(), "llamadock-publish-"))]);
@@ -75,7 +76,21 @@ describe("llamadock package, push", () => {
     expect(done.code).toBe(0);
     expect(done.stdout).toContain(`Model packaged as ${name}`);
     expect(done.stdout).toMatch(/Model pushed successfully\n$/);
-    expect((await fetch(`${target.url}/v2/team/direct/manifests/v1`, { method: "HEAD" })).status).toBe(200);
+    // The registry serves an OCI manifest only to a client that accepts one.
+    const manifest = await fetch(`${target.url}/v2/team/direct/manifests/v1`, { method: "HEAD", headers: { accept: MANIFEST } });
+    expect(manifest.status).toBe(200);
+  });
+
+  it("sends an archive larger than Bun's own body cap (128 MiB), which once answered 413", async () => {
+    const license = join(dir, "LICENSE-large");
+    await writeFile(license, "");
+    await truncate(license, 130 << 20); // sparse: zeros that cost no disk here
+    const done = await llamadock(["package", join(dir, "tiny.gguf"), "--license", license, "--tag", "me/large"], env);
+    expect(done.stderr).toBe("");
+    expect(done.stdout).toMatch(/Model packaged as me\/large:latest/);
+    const stored = (await ask({ url: stack.url }, "GET", "/models/me/large")).json();
+    const manifest = JSON.parse(await readFile(join(stack.dir, "models", "manifests", "sha256", stored.id.slice(7)), "utf8"));
+    expect(manifest.layers.map((l: { size: number }) => l.size)).toEqual([weights.byteLength, 130 << 20]);
   });
 
   it("refuses a file that is no GGUF, a model the store lacks, a registry it cannot reach: status 1 and why", async () => {
@@ -134,7 +149,8 @@ describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
     try {
       const url = /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
       const pkg = await packageModel({ weights: [join(dir, "tiny.gguf")] });
-      const name = `${target.host}/smoke/${runtime}:v1`;
+      // The server's default registry is the target: names on it leave the host out.
+      const name = `smoke/${runtime}:v1`;
       const loaded = await fetch(`${url}/models/load?tag=${encodeURIComponent(name)}`, {
         method: "POST",
         headers: { "content-type": "application/x-tar", "content-length": String(pkg.size) },
@@ -145,7 +161,7 @@ describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
       expect(await loaded.json()).toMatchObject({ id: pkg.artifact.id, tags: [name] });
       const pushed = await fetch(`${url}/models/${name}/push`, { method: "POST" });
       expect((await pushed.text()).trim().split("\n").at(-1)).toBe(JSON.stringify({ type: "success", message: "Model pushed successfully", mode: "push" }));
-      const manifest = await fetch(`${target.url}/v2/smoke/${runtime}/manifests/v1`, { headers: { accept: "application/vnd.oci.image.manifest.v1+json" } });
+      const manifest = await fetch(`${target.url}/v2/smoke/${runtime}/manifests/v1`, { headers: { accept: MANIFEST } });
       expect(sha256(new Uint8Array(await manifest.arrayBuffer()))).toBe(pkg.artifact.id);
       const purged = await fetch(`${url}/models/purge`, { method: "DELETE" });
       expect(await purged.json()).toMatchObject({ deleted: [{ id: pkg.artifact.id, tags: [name] }] });
