@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { packageModel, PackageError, type PackageFiles } from "../models/package/archive.ts";
+import { packageModel, PackageError, withShards, type PackageFiles } from "../models/package/archive.ts";
 import { CliError, failure, modelPath, type Client } from "./client.ts";
 import { shortId } from "./format.ts";
 import { followProgress, type ClientFor } from "./models.ts";
@@ -69,14 +69,15 @@ export function pushCommands(program: Command, clientFor: ClientFor): void {
   program
     .command("package")
     .description("make a model from local GGUF files (shards in their order) and add it to the store")
-    .argument("<gguf...>", "the weights: one GGUF file, or every shard in order")
+    .argument("<gguf...>", "the weights: one GGUF file, or every shard in order (or the first, x-00001-of-0000N.gguf, alone: the others are found beside it)")
     .requiredOption("-t, --tag <name>", "the model's name, e.g. myorg/model:v1")
     .option("--mmproj <file>", "a multimodal projector (GGUF)")
     .option("--chat-template <file>", "a Jinja chat template")
     .option("--license <file...>", "license files")
     .option("--push", "push the model once it is in the store")
-    .action(async (weights: string[], options: PackageOptions, command: Command) => {
+    .action(async (given: string[], options: PackageOptions, command: Command) => {
       const client = clientFor(command);
+      const weights = await withShards(given).catch((error: Error) => Promise.reject(new CliError(error.message)));
       const files: PackageFiles = {
         weights,
         ...(options.mmproj ? { mmproj: options.mmproj } : {}),

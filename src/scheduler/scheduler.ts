@@ -413,6 +413,7 @@ export function runnerSpec(
     // Answers name the model as people know it, not the runner (which changes on every reload).
     alias: modelName(model),
     modelPath: model.ggufPath,
+    ...(model.shardPaths ? { modelShards: model.shardPaths } : {}),
     ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
     mode,
     contextSize: contextSize ?? settings.contextSize,

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
-import { open, stat } from "node:fs/promises";
-import { basename } from "node:path";
+import { open, readdir, stat } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 import { buildArtifact, type Artifact } from "../artifact.ts";
 import { fileBody } from "../file-body.ts";
 import { readGgufConfig } from "../gguf.ts";
@@ -54,6 +54,25 @@ async function layerOf(path: string, mediaType: string): Promise<Layer> {
   return { path, mediaType, digest: await hashFile(path), size: info.size };
 }
 
+const FIRST_SHARD = /^(.*)-00001-of-(\d{5})\.gguf$/;
+
+/**
+ * The weights as given, or, for the first file of a split model alone (`x-00001-of-00003.gguf`),
+ * every file of it found beside it by llama.cpp's names, in order (as `docker model package`
+ * takes a first shard). One missing is a PackageError naming it.
+ */
+export async function withShards(weights: string[]): Promise<string[]> {
+  const match = weights.length === 1 ? FIRST_SHARD.exec(basename(weights[0]!)) : null;
+  if (!match) return weights;
+  const [, prefix, count] = match;
+  const here = new Set(await readdir(dirname(weights[0]!)).catch(() => []));
+  return Array.from({ length: Number(count) }, (_, i) => {
+    const name = `${prefix}-${String(i + 1).padStart(5, "0")}-of-${count}.gguf`;
+    if (!here.has(name)) throw new PackageError(`${join(dirname(weights[0]!), name)} is missing: shard ${i + 1} of the ${Number(count)} files of ${prefix}`);
+    return join(dirname(weights[0]!), name);
+  });
+}
+
 export async function packageModel(files: PackageFiles, created = Math.floor(Date.now() / 1000)): Promise<Package> {
   if (files.weights.length === 0) throw new PackageError("no GGUF weights to package");
   const roles: [string, string][] = [
@@ -65,8 +84,8 @@ export async function packageModel(files: PackageFiles, created = Math.floor(Dat
   const layers: Layer[] = [];
   for (const [path, mediaType] of roles) layers.push(await layerOf(path, mediaType));
   const weightBytes = layers.filter((l) => l.mediaType === MediaTypes.gguf).reduce((sum, l) => sum + l.size, 0);
-  const config = await readGgufConfig(files.weights[0]!, weightBytes).catch((error: Error) => {
-    throw new PackageError(`the GGUF header of ${files.weights[0]} cannot be read: ${error.message}`);
+  const config = await readGgufConfig(files.weights[0]!, weightBytes, files.weights.slice(1)).catch((error: Error) => {
+    throw new PackageError(`the GGUF headers of ${files.weights.join(", ")} do not make a model: ${error.message}`);
   });
   const artifact = buildArtifact({ config, created }, layers.map((l) => ({ ...l, filepath: basename(l.path) })));
   const entry = (size: number) => 512 + size + tarPadding(size).byteLength;

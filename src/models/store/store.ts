@@ -23,6 +23,8 @@ export type StoredModel = {
   config: ModelConfig;
   /** Absolute path of the weights blob, read in place. */
   ggufPath: string;
+  /** Weights split in several GGUF files: the others, in order (absolute blob paths). */
+  shardPaths?: string[];
   mmprojPath?: string;
 };
 
@@ -80,6 +82,7 @@ function toStored(layout: Layout, entry: IndexEntry): StoredModel {
     created: entry.created,
     config: entry.config,
     ggufPath: layout.blob(entry.files.gguf[0]!),
+    ...(entry.files.gguf.length > 1 ? { shardPaths: entry.files.gguf.slice(1).map(layout.blob) } : {}),
     ...(entry.files.mmproj ? { mmprojPath: layout.blob(entry.files.mmproj) } : {}),
   };
 }
