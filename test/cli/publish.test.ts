@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, truncate, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,9 +6,9 @@ import { packageModel } from "../../src/models/package/archive.ts";
 import { startRunnerService, startStack, type Stack } from "../inference/harness.ts";
 import { call, modelApi, pull } from "../models/helpers.ts";
 import { ask } from "../support/http.ts";
-import { pushModel, sha256, startRegistry, type Registry } from "../support/registry.ts";
+import { MODEL_MEDIA, pushModel, sha256, startRegistry, type Registry } from "../support/registry.ts";
 import type { RuntimeName } from "../support/server-process.ts";
-import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { shardName, tinyLlamaGguf, tinyLlamaShards } from "../support/tiny-gguf.ts";
 import { llamadock } from "./command.ts";
 
 // package, push, purge and df as users run them: the command against a real model runner (Bun),
@@ -68,6 +68,34 @@ describe("llamadock package, push", () => {
     } finally {
       await fresh.dispose();
     }
+  });
+
+  it("package takes a split model by its first shard, finds the rest by name, and the runner serves it; a projector comes after the shards", async () => {
+    const shards = tinyLlamaShards(3, { seed: 79 });
+    const split = join(dir, "split");
+    await mkdir(split);
+    for (const [i, shard] of shards.entries()) await writeFile(join(split, shardName("tiny", i + 1, 3)), shard);
+    const packaged = await llamadock(["package", join(split, shardName("tiny", 1, 3)), "--tag", "me/split"], env);
+    expect(packaged.stderr).toBe("");
+    expect(packaged.stdout).toMatch(/Model packaged as me\/split:latest \([0-9a-f]{12}, 3 weights files\)\n$/);
+    const stored = (await ask({ url: stack.url }, "GET", "/models/me/split")).json();
+    const manifest = async (id: string) => JSON.parse(await readFile(join(stack.dir, "models", "manifests", "sha256", id.slice(7)), "utf8"));
+    expect((await manifest(stored.id)).layers.map((l: { digest: string }) => l.digest)).toEqual(shards.map(sha256));
+    const answer = await chat("me/split");
+    expect(answer.status).toBe(200);
+    expect(answer.json().choices[0].message.role).toBe("assistant");
+
+    await writeFile(join(split, "mmproj.gguf"), weights);
+    const withProjector = await llamadock(["package", join(split, shardName("tiny", 1, 3)), "--mmproj", join(split, "mmproj.gguf"), "--tag", "me/split-vision"], env);
+    expect(withProjector.stderr).toBe("");
+    const vision = (await ask({ url: stack.url }, "GET", "/models/me/split-vision")).json();
+    const layers = (await manifest(vision.id)).layers.map((l: { digest: string; mediaType: string }) => [l.digest, l.mediaType]);
+    expect(layers).toEqual([...shards.map((s) => [sha256(s), MODEL_MEDIA.gguf]), [sha256(weights), MODEL_MEDIA.mmproj]]);
+
+    await rm(join(split, shardName("tiny", 2, 3)));
+    const lacking = await llamadock(["package", join(split, shardName("tiny", 1, 3)), "--tag", "me/lacking"], env);
+    expect(lacking.code).toBe(1);
+    expect(lacking.stderr).toContain(`${join(split, shardName("tiny", 2, 3))} is missing: shard 2 of the 3 files of tiny`);
   });
 
   it("package --push packages and pushes in one go", async () => {
