@@ -8,7 +8,7 @@ import { startFakeHub, type FakeHub } from "../support/fake-hub.ts";
 import { ask } from "../support/http.ts";
 import { startRegistryFront, type Front } from "../support/registry-front.ts";
 import { MODEL_MEDIA, pushModel, sha256, startRegistry, type Registry } from "../support/registry.ts";
-import type { ServerProcess } from "../support/server-process.ts";
+import type { RuntimeName, ServerProcess } from "../support/server-process.ts";
 import { shardName, tinyLlamaGguf, tinyLlamaShards } from "../support/tiny-gguf.ts";
 
 // Weights split in several GGUF files, end to end: a real server (Bun) pulls them from a
@@ -129,15 +129,62 @@ describe("sharded weights", () => {
     expect(await greedy("ai/split")).toBe(await greedy("ai/whole"));
   });
 
+  it("push sends every shard, in order: the registry holds the stored artifact byte for byte", async () => {
+    const name = `${registry.host}/team/split:v1`;
+    expect((await ask({ url }, "POST", `/models/ai/split/tag?repo=${encodeURIComponent(`${registry.host}/team/split`)}&tag=v1`)).status).toBe(201);
+    const pushed = await fetch(`${url}/models/${name}/push`, { method: "POST" });
+    expect((await pushed.text()).trim().split("\n").at(-1)).toBe(JSON.stringify({ type: "success", message: "Model pushed successfully", mode: "push" }));
+    const stored = await readFile(join(dir, "models", "manifests", "sha256", (await model("ai/split")).id.slice(7)));
+    const there = await fetch(`${registry.url}/v2/team/split/manifests/v1`, { headers: { accept: MODEL_MEDIA.manifest } });
+    expect(Buffer.from(await there.arrayBuffer()).equals(stored)).toBe(true);
+    const layers = (JSON.parse(stored.toString()) as { layers: { digest: string }[] }).layers.map((l) => l.digest);
+    expect(layers).toEqual(shards.map(sha256));
+    for (const shard of shards) {
+      const blob = await fetch(`${registry.url}/v2/team/split/blobs/${sha256(shard)}`);
+      expect(Buffer.from(await blob.arrayBuffer()).equals(Buffer.from(shard))).toBe(true);
+    }
+  });
+
   it("delete takes every shard, and the other models stay loadable", async () => {
     await ask({ url }, "POST", "/engines/unload", { all: true });
-    expect((await ask({ url }, "DELETE", "/models/ai/split")).status).toBe(200);
+    // By id, forced: every tag (the pushed one too), then the model.
+    expect((await ask({ url }, "DELETE", `/models/${(await model("ai/split")).id}?force=true`)).status).toBe(200);
     for (const shard of shards) expect(await blobs()).not.toContain(sha256(shard).slice(7));
     expect(await greedy("hf.co/testorg/split-gguf")).toBe(await greedy("ai/hub-whole"));
     await ask({ url }, "POST", "/engines/unload", { all: true });
+    // A shard lost from the store's disk (by hand, not by us): the load fails saying which file, and the rest serves.
+    await rm(join(dir, "models", "blobs", "sha256", sha256(hubShards[1]!).slice(7)));
+    const lost = await ask({ url }, "POST", "/engines/v1/completions", { model: "hf.co/testorg/split-gguf", prompt: "hello", max_tokens: 3 });
+    expect(lost.status).toBe(503);
+    expect(lost.json().error).toMatchObject({ code: "model_load_failed", message: expect.stringContaining(`${sha256(hubShards[1]!).slice(7)} is gone: the model was deleted, or the file removed (pull the model again)`) });
+    expect((await ask({ url }, "POST", "/engines/v1/completions", { model: "ai/whole", prompt: "hello", max_tokens: 3 })).status).toBe(200);
     expect((await ask({ url }, "DELETE", "/models/hf.co/testorg/split-gguf")).status).toBe(200);
     for (const shard of hubShards) expect(await blobs()).not.toContain(sha256(shard).slice(7));
     // The runners' links went with them.
     expect((await readdir(join(dir, "run"))).filter((n) => n.endsWith(".shards"))).toEqual([]);
+  });
+});
+
+describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
+  it("pulls a split model and serves it as the whole one", async () => {
+    const own = await mkdtemp(join(tmpdir(), `llamadock-sharded-${runtime}-`));
+    const smoke = await startRunnerService(runtime, own, registry, {});
+    try {
+      const at = /model runner service listening on (http:\/\/[\d.:]+)/.exec(smoke.output())![1]!;
+      for (const from of ["ai/whole", "ai/split"]) {
+        const response = await fetch(`${at}/models/create`, { method: "POST", body: JSON.stringify({ from }) });
+        expect(await response.text()).toContain("Model pulled successfully");
+      }
+      const answers = [];
+      for (const name of ["ai/whole", "ai/split"]) {
+        const answer = await ask({ url: at }, "POST", "/engines/v1/completions", { model: name, prompt: "hello", max_tokens: 12, temperature: 0 });
+        expect(answer.status, answer.body).toBe(200);
+        answers.push(answer.json().choices[0].text);
+      }
+      expect(answers[1]).toBe(answers[0]);
+    } finally {
+      await smoke.stop(10_000);
+      await rm(own, { recursive: true, force: true });
+    }
   });
 });

@@ -167,7 +167,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
       for (const digest of digests) {
         if (!(await stillThere(digest).catch(() => false))) {
           served();
-          throw new Error(`the model's file ${layout.blob(digest)} is gone: the model was deleted`);
+          throw new Error(`the model's file ${layout.blob(digest)} is gone: the model was deleted, or the file removed (pull the model again)`);
         }
       }
       return served;
