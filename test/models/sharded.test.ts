@@ -129,6 +129,12 @@ describe("sharded weights", () => {
     expect(await greedy("ai/split")).toBe(await greedy("ai/whole"));
   });
 
+  it("refuses a split model as a speculative draft (llama-server would not find its other files)", async () => {
+    const answer = await ask({ url }, "POST", "/engines/_configure", { model: "ai/whole", speculative: { draft_model: "ai/split" } });
+    expect(answer.status).toBe(400);
+    expect(answer.json().error).toEqual({ type: "invalid_request_error", code: "unsupported_draft_model", message: "a draft model split in several files is not supported: ai/split" });
+  });
+
   it("push sends every shard, in order: the registry holds the stored artifact byte for byte", async () => {
     const name = `${registry.host}/team/split:v1`;
     expect((await ask({ url }, "POST", `/models/ai/split/tag?repo=${encodeURIComponent(`${registry.host}/team/split`)}&tag=v1`)).status).toBe(201);
