@@ -88,6 +88,9 @@ describe("sharded weights", () => {
     expect(await pull("ai/split")).toMatchObject({ type: "success" });
     const split = await model("ai/split");
     expect(split.config.size).toBe(formatSize(shardBytes));
+    // Ollama's list counts every shard's bytes too.
+    const tags = (await ask({ url }, "GET", "/api/tags")).json() as { models: { name: string; size: number }[] };
+    expect(tags.models.find((m) => m.name === "ai/split:latest")?.size).toBe(shardBytes);
     // Every shard's parameters, not the first one's: as many as the whole model's.
     expect(split.config.parameters).toBe((await model("ai/whole")).config.parameters);
     for (const shard of shards) expect((await stat(join(dir, "models", "blobs", "sha256", sha256(shard).slice(7)))).size).toBe(shard.byteLength);
