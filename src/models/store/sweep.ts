@@ -10,10 +10,9 @@ import type { HeldLock } from "./lock-file.ts";
 // failed, of a model deleted while a pull still needed them), manifests no model is recorded
 // under, downloads left incomplete, temporary files a crash left behind. `df` counts them and
 // purge removes them. Blobs in use (held by a pull, a push, a load or a runner of any process on
-// the store) are never touched, nor is a manifest or a temporary file written in the last minute: a store operation in
-// flight writes those a moment before the index names them. Blobs and partial downloads go only
-// under the blob's lock and once no live lease (leases.ts) names them: never while any process on
-// the store pulls, pushes or serves them.
+// the store) are never touched, nor is a manifest or a temporary file written in the last minute:
+// a store operation in flight writes those a moment before the index names them. Blobs and
+// partial downloads go only under the blob's lock and once no live lease (leases.ts) names them.
 
 export type StoreFileKind = "blob" | "incomplete" | "manifest" | "temporary";
 
