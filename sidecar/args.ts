@@ -28,7 +28,7 @@ export type Launch = {
 
 /** What the sidecar starts for a model in a mode with its settings; `serial` tells runners of one model apart. */
 export function runnerSpec(
-  model: { id: string; ggufPath: string; mmprojPath?: string },
+  model: { id: string; ggufPath: string; shardPaths?: string[]; mmprojPath?: string },
   mode: RunnerMode,
   settings: LaunchSettings,
   { slots, threads, ahead = 0, gpuLayers, contextSize, pooling, alias }: Launch,
@@ -40,6 +40,7 @@ export function runnerSpec(
     // Answers name the model as people know it, not the runner (which changes on every reload).
     alias,
     modelPath: model.ggufPath,
+    ...(model.shardPaths ? { modelShards: model.shardPaths } : {}),
     ...(model.mmprojPath ? { mmprojPath: model.mmprojPath } : {}),
     mode,
     contextSize: contextSize ?? settings.contextSize,

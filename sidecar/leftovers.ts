@@ -95,4 +95,8 @@ export async function cleanupLeftovers(runDir: string): Promise<void> {
     // A socket someone still answers on belongs to a live server: not ours to remove.
     await clearStaleSocket(join(runDir, file)).catch(() => undefined);
   }
+  // The links of a split model's runner (shards.ts) that no runner of that name runs with now.
+  for (const folder of files.filter((f) => f.endsWith(".shards"))) {
+    if (!existsSync(pidFilePath(runDir, folder.slice(0, -".shards".length)))) rmSync(join(runDir, folder), { recursive: true, force: true });
+  }
 }

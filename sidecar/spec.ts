@@ -12,6 +12,11 @@ export interface RunnerSpec {
   /** The model's name in answers (llama-server's `--alias`); default: `name`. */
   alias?: string;
   modelPath: string;
+  /**
+   * Weights split in several GGUF files: the files after `modelPath`, in order. They need not be
+   * named as llama.cpp finds them: the runner gets links that are (see shards.ts).
+   */
+  modelShards?: string[];
   /** The model's multimodal projector, if it has one: without it image input is refused. */
   mmprojPath?: string;
   mode: RunnerMode;
@@ -31,6 +36,7 @@ export const runnerSpecSchema = z.object({
   name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "letters, digits, '.', '_', '-' (at most 64)"),
   alias: z.string().min(1).optional(),
   modelPath: z.string().min(1),
+  modelShards: z.array(z.string().min(1)).max(99_998).optional(),
   mmprojPath: z.string().min(1).optional(),
   mode: z.enum(["completion", "embedding", "reranking"]),
   contextSize: z.int().min(0).optional(),

@@ -11,6 +11,7 @@ import { cleanupLeftovers, pidFilePath, writePidFile } from "./leftovers.ts";
 import { DEFAULT_LOGS_KEPT, pruneLogs } from "./log-files.ts";
 import { RunnerOutput } from "./output.ts";
 import { SidecarProcess, type Sidecar } from "./process.ts";
+import { linkShards, unlinkShards } from "./shards.ts";
 import { runnerSpecSchema, type RunnerSpec } from "./spec.ts";
 
 export interface SupervisorDeps {
@@ -90,7 +91,8 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
     if (signal?.aborted) throw new SidecarError("aborted", `start of runner ${spec.name} aborted`);
     const socketPath = join(runDir, `${spec.name}.sock`);
     await claimSocket(socketPath, spec.name);
-    const args = buildLlamaServerArgs(spec, socketPath);
+    const modelPath = spec.modelShards?.length ? await linkShards(runDir, spec.name, [spec.modelPath, ...spec.modelShards]) : spec.modelPath;
+    const args = buildLlamaServerArgs({ ...spec, modelPath }, socketPath);
     await pruneLogs(logDir, deps.logsKept ?? DEFAULT_LOGS_KEPT, live);
     const output = new RunnerOutput(join(logDir, `${spec.name}.log`));
     output.write(`--- ${new Date().toISOString()} llama-server ${binary.version}: ${args.join(" ")}\n`);
@@ -100,9 +102,13 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
       child = await spawn(args, output);
     } catch (error) {
       live.delete(spec.name);
+      if (spec.modelShards?.length) await unlinkShards(runDir, spec.name);
       throw error;
     }
-    const exited = () => void live.delete(spec.name);
+    const exited = () => {
+      live.delete(spec.name);
+      if (spec.modelShards?.length) void unlinkShards(runDir, spec.name).catch(() => {});
+    };
     child.exited.then(exited, exited);
     const pidFile = pidFilePath(runDir, spec.name);
     const sidecar = new SidecarProcess({

@@ -51,6 +51,8 @@ export type Client = {
   target: Target;
   /** The answer whatever its status; a server that cannot be reached is a CliError saying how to start one. */
   raw(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response>;
+  /** Sends `body` as it is read (a model archive), with these headers; the answer whatever its status. */
+  upload(method: string, path: string, body: ReadableStream<Uint8Array>, headers: Record<string, string>, signal?: AbortSignal): Promise<Response>;
   /** The answer's JSON; an error status is a CliError with the server's message. */
   json<T = unknown>(method: string, path: string, body?: unknown, model?: string): Promise<T>;
 };
@@ -61,17 +63,20 @@ export function createClient(options: ClientOptions, env: Record<string, string 
   const send = fetchVia(target.kind === "unix" ? target.path : undefined);
   const base = target.kind === "unix" ? `http://localhost${SOCKET_PREFIX}` : target.url;
 
-  async function raw(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
-    const headers: Record<string, string> = {};
-    if (body !== undefined) headers["content-type"] = "application/json";
-    if (apiKey && target.kind === "tcp") headers.authorization = `Bearer ${apiKey}`;
+  async function request(method: string, path: string, init: { headers: Record<string, string>; body?: BodyInit }, signal?: AbortSignal): Promise<Response> {
+    const headers = { ...init.headers, ...(apiKey && target.kind === "tcp" ? { authorization: `Bearer ${apiKey}` } : {}) };
+    // `duplex` lets Node's fetch send a stream (Bun's needs no word for it).
+    const streamed = init.body instanceof ReadableStream ? { duplex: "half" } : {};
     try {
-      return await send(base + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }), ...(signal ? { signal } : {}) });
+      return await send(base + path, { method, headers, ...(init.body === undefined ? {} : { body: init.body }), ...streamed, ...(signal ? { signal } : {}) } as RequestInit);
     } catch (error) {
       if (signal?.aborted) throw error;
       throw unreachable(target, error);
     }
   }
+
+  const raw = (method: string, path: string, body?: unknown, signal?: AbortSignal) =>
+    request(method, path, body === undefined ? { headers: {} } : { headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, signal);
 
   async function json<T>(method: string, path: string, body?: unknown, model?: string): Promise<T> {
     const response = await raw(method, path, body);
@@ -79,7 +84,10 @@ export function createClient(options: ClientOptions, env: Record<string, string 
     return (await response.json()) as T;
   }
 
-  return { target, raw, json };
+  const upload = (method: string, path: string, body: ReadableStream<Uint8Array>, headers: Record<string, string>, signal?: AbortSignal) =>
+    request(method, path, { headers, body }, signal);
+
+  return { target, raw, upload, json };
 }
 
 function unreachable(target: Target, error: unknown): CliError {

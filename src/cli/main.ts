@@ -3,6 +3,7 @@ import { Command, CommanderError } from "commander";
 import { CliError, createClient, type ClientOptions } from "./client.ts";
 import { engineCommands } from "./engines.ts";
 import { modelCommands } from "./models.ts";
+import { pushCommands } from "./push.ts";
 import { runCommand } from "./run.ts";
 import { serveCommand } from "./serve.ts";
 
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
   const clientFor = (command: Command) => createClient(command.optsWithGlobals() as ClientOptions);
   serveCommand(program);
   modelCommands(program, clientFor);
+  pushCommands(program, clientFor);
   runCommand(program, clientFor);
   engineCommands(program, clientFor, version);
   for (const command of program.commands) command.exitOverride();

@@ -6,11 +6,26 @@ import { barsView, linesView, type ProgressView } from "./progress.ts";
 // The model commands: pull, ls, rm, tag, inspect, df; each one call (or a few) to /models.
 
 type Model = { id: string; tags: string[]; created: number; config: { parameters?: string; quantization?: string; size?: string } };
+type PurgeReport = { deleted: { id: string; tags: string[] }[]; removed_files: number; freed_bytes: number; incomplete_bytes: number };
 type PullEvent = { type: string; message: string; layer?: { id: string; size: number; current: number } };
 
 export type ClientFor = (command: Command) => Client;
 
 const print = (text: string) => process.stdout.write(`${text}\n`);
+
+/** Draws a pull's or a push's NDJSON progress; resolves with its last `success` or `error` line. */
+export async function followProgress(body: ReadableStream<Uint8Array>, view: ProgressView): Promise<PullEvent | undefined> {
+  let outcome: PullEvent | undefined;
+  for await (const line of lines(body)) {
+    if (!line.trim()) continue;
+    const event = JSON.parse(line) as PullEvent;
+    if (event.layer) view.layer(event.layer);
+    if (event.type === "success" || event.type === "error") outcome = event;
+    if (event.type === "warning") view.note(`warning: ${event.message}`);
+  }
+  view.stop();
+  return outcome;
+}
 
 /** Pulls `model`, drawing progress; Ctrl-C cancels (the server keeps the bytes for the next pull). */
 export async function pull(client: Client, model: string, view: ProgressView): Promise<string> {
@@ -27,14 +42,7 @@ export async function pull(client: Client, model: string, view: ProgressView): P
   try {
     const response = await client.raw("POST", "/models/create", { from: model }, controller.signal);
     if (!response.ok || !response.body) throw await failure(response, model);
-    let outcome: PullEvent | undefined;
-    for await (const line of lines(response.body)) {
-      if (!line.trim()) continue;
-      const event = JSON.parse(line) as PullEvent;
-      if (event.layer) view.layer(event.layer);
-      if (event.type === "success" || event.type === "error") outcome = event;
-    }
-    view.stop();
+    const outcome = await followProgress(response.body, view);
     if (outcome?.type === "success") return outcome.message;
     throw new CliError(`pull of ${model} failed: ${outcome?.message ?? "the server ended the stream early"}`);
   } catch (error) {
@@ -111,6 +119,24 @@ export function modelCommands(program: Command, clientFor: ClientFor): void {
     });
 
   program
+    .command("purge")
+    .description("free the store: what nothing uses (untagged models, stray blobs, old incomplete downloads), or --all models")
+    .option("--all", "delete every model too")
+    .option("--older-than <age>", "incomplete downloads count as unused once this old (90s, 15m, 1h, 2d; 0 for all)", "1h")
+    .option("--json", "the API's JSON report")
+    .action(async (options: { all?: boolean; olderThan: string; json?: boolean }, command: Command) => {
+      const query = options.all ? "" : `?${new URLSearchParams({ unused: "true", "older-than": options.olderThan })}`;
+      const report = await clientFor(command).json<PurgeReport>("DELETE", `/models/purge${query}`);
+      if (options.json) {
+        print(JSON.stringify(report, null, 2));
+        return;
+      }
+      for (const { id, tags } of report.deleted) print(`Deleted: ${shortId(id)}${tags.length ? ` (${tags.join(", ")})` : ""}`);
+      const incomplete = report.incomplete_bytes > 0 ? `, ${formatBytes(report.incomplete_bytes)} of it incomplete downloads` : "";
+      print(`Freed ${formatBytes(report.freed_bytes)} (${report.removed_files} files${incomplete})`);
+    });
+
+  program
     .command("df")
     .description("disk space used by the model store")
     .action(async (_options, command: Command) => {
@@ -137,7 +163,12 @@ export function lsTable(models: Model[], now: number): string {
 
 /** Docker Model Runner's df fields by name; any other numeric field as it comes. */
 function dfTable(body: Record<string, unknown>): string {
-  const names: Record<string, string> = { models_disk_usage: "Models", default_backend_disk_usage: "Inference engine" };
+  const names: Record<string, string> = {
+    models_disk_usage: "Models",
+    default_backend_disk_usage: "Inference engine",
+    reclaimable_disk_usage: "Reclaimable (llamadock purge --older-than 0)",
+    incomplete_downloads_disk_usage: "  of which incomplete downloads",
+  };
   const rows = Object.entries(body)
     .filter(([, value]) => typeof value === "number")
     .map(([key, value]) => [names[key] ?? key, formatBytes(value as number)]);

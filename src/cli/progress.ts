@@ -8,6 +8,8 @@ export type LayerProgress = { id: string; size: number; current: number };
 
 export interface ProgressView {
   layer(progress: LayerProgress): void;
+  /** A line for people beside the bars (a warning). */
+  note(text: string): void;
   /** Ends the display (bars stop redrawing); then a message may be printed. */
   stop(): void;
 }
@@ -48,6 +50,7 @@ export function barsView(stream: NodeJS.WriteStream): ProgressView {
       const rate = entry.speed(current, Date.now());
       entry.bar.update(current, payload(id, size, current, rate));
     },
+    note: (text) => multibar.log(`${text}\n`),
     stop: () => multibar.stop(),
   };
 }
@@ -75,6 +78,7 @@ export function linesView(write: (line: string) => void, now: () => number = Dat
       const percent = size > 0 ? Math.floor((current * 100) / size) : 100;
       write(`${shortId(id)}: ${formatBytes(current)} / ${formatBytes(size)} (${percent}%)${complete ? " done" : ""}`);
     },
+    note: write,
     stop() {},
   };
 }

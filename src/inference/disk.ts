@@ -1,10 +1,18 @@
 import { readdir, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { LlamaServerBinary } from "../../sidecar/index.ts";
+import type { ModelStore } from "../models/index.ts";
 
-// Docker Model Runner's `GET /engines/df`: bytes of the model store and of the inference engine.
+// Docker Model Runner's `GET /engines/df`: bytes of the model store and of the inference engine;
+// ours adds what of the store nothing uses (what a purge of unused files frees), and of that what
+// incomplete downloads hold.
 
-export type DiskUsage = { models_disk_usage: number; default_backend_disk_usage: number };
+export type DiskUsage = {
+  models_disk_usage: number;
+  default_backend_disk_usage: number;
+  reclaimable_disk_usage: number;
+  incomplete_downloads_disk_usage: number;
+};
 
 /** Bytes of the files under `folder`, links not followed; 0 when it does not exist. */
 export async function folderBytes(folder: string): Promise<number> {
@@ -18,12 +26,18 @@ export async function folderBytes(folder: string): Promise<number> {
   return total;
 }
 
-export async function diskUsage(storeRoot: string, binary: () => Promise<LlamaServerBinary>): Promise<DiskUsage> {
+export async function diskUsage(store: Pick<ModelStore, "root" | "unused">, binary: () => Promise<LlamaServerBinary>): Promise<DiskUsage> {
   // Our build's folder holds the binary and its shared libraries; one found elsewhere (on PATH) is
   // counted alone. 0 while none is found.
   const engine = await binary().then(
     (b) => (b.source === "cache" ? folderBytes(dirname(b.path)) : stat(b.path).then((s) => s.size)),
     () => 0,
   );
-  return { models_disk_usage: await folderBytes(storeRoot), default_backend_disk_usage: engine };
+  const unused = await store.unused(0);
+  return {
+    models_disk_usage: await folderBytes(store.root),
+    default_backend_disk_usage: engine,
+    reclaimable_disk_usage: unused.bytes,
+    incomplete_downloads_disk_usage: unused.incompleteBytes,
+  };
 }

@@ -165,6 +165,8 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   async function draft(speculative: NonNullable<ConfigureBody["speculative"]>) {
     const model = await store.resolve(speculative.draft_model);
     if (!model) throw modelNotFound(speculative.draft_model);
+    // llama-server would look for the other files beside the first by name, which blobs lack.
+    if (model.shardPaths) throw badRequest("unsupported_draft_model", `a draft model split in several files is not supported: ${speculative.draft_model}`);
     return dropUndefined({
       draftModel: model.tags[0] ?? model.id,
       draftPath: model.ggufPath,

@@ -74,7 +74,7 @@ export function createInference(
       metrics,
       runnerFiguresMs: config.metricsCacheMs,
       engineVersion: async () => (await launcher.binary()).version,
-      diskUsage: () => diskUsage(store.root, launcher.binary),
+      diskUsage: () => diskUsage(store, launcher.binary),
     }),
   ];
   return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
@@ -87,8 +87,8 @@ export function createInference(
  */
 function servingFiles(store: Pick<ModelStore, "serve">, start: StartRunner): StartRunner {
   return async (spec, signal) => {
-    // Every store blob the command line names: the weights, a projector, a draft model.
-    const release = await store.serve([spec.modelPath, ...(spec.mmprojPath ? [spec.mmprojPath] : []), ...(spec.extraArgs ?? [])]);
+    // Every store blob the command line names: the weights (every shard), a projector, a draft model.
+    const release = await store.serve([spec.modelPath, ...(spec.modelShards ?? []), ...(spec.mmprojPath ? [spec.mmprojPath] : []), ...(spec.extraArgs ?? [])]);
     try {
       const runner = await start(spec, signal);
       void runner.exited.then(release);

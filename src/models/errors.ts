@@ -10,6 +10,9 @@ export const notInRegistry = (message: string) => new HttpError(404, "not_found_
 
 export const unauthorized = (message: string) => new HttpError(401, "authentication_error", "unauthorized", message);
 
+/** The registry knew who we were and refused anyway (a push to a repository the credentials may only read). */
+export const forbidden = (message: string) => new HttpError(403, "permission_error", "forbidden", message);
+
 export const unsupportedArtifact = (message: string) =>
   new HttpError(422, "unprocessable_entity_error", "unsupported_artifact", message);
 

@@ -1,4 +1,5 @@
 import { gguf, GGMLFileQuantizationType } from "@huggingface/gguf";
+import { unsupportedArtifact } from "./errors.ts";
 import type { ModelConfig } from "./store/model-index.ts";
 
 // The model's `config`, read from the GGUF header of the stored weights with @huggingface/gguf
@@ -36,9 +37,49 @@ export function quantizationName(fileType: unknown): string | undefined {
   return name ?? undefined;
 }
 
-/** Reads the header of a local GGUF file; `size` is the total of the model's weight files. */
-export async function readGgufConfig(path: string, size: number): Promise<ModelConfig> {
+const counted = (metadata: object, key: string) => {
+  const value = (metadata as Record<string, unknown>)[key];
+  return typeof value === "number" || typeof value === "bigint" ? Number(value) : undefined;
+};
+
+/**
+ * Checks that `shards` are the files after the first of one model split as llama.cpp splits it
+ * (gguf-split): the first declares how many files there are and how many tensors all hold, and
+ * each says which it is. Returns the parameters they hold. A model whose files do not fit
+ * together would fail to load only when a runner starts: it is refused here, with what is wrong.
+ */
+async function shardParameters(first: object, tensorsInFirst: number, shards: string[]): Promise<number> {
+  const count = shards.length + 1;
+  const declared = counted(first, "split.count") ?? 1;
+  if (declared !== count) {
+    throw unsupportedArtifact(count === 1 ? `the weights are the first of ${declared} split files, and the others are missing` : `the weights come in ${count} files, but their first says the model is split in ${declared}`);
+  }
+  let parameters = 0;
+  let tensors = tensorsInFirst;
+  for (const [i, path] of shards.entries()) {
+    const parsed = await gguf(path, { allowLocalFile: true, computeParametersCount: true }).catch((error: Error) => {
+      throw unsupportedArtifact(`file ${i + 2} of the ${count} split weight files is not a GGUF file (${error.message})`);
+    });
+    const no = counted(parsed.metadata, "split.no");
+    if (no !== i + 1 || counted(parsed.metadata, "split.count") !== count) {
+      const says = no === undefined ? "no shard number" : `shard ${no + 1} of ${counted(parsed.metadata, "split.count")}`;
+      throw unsupportedArtifact(`file ${i + 2} of the ${count} split weight files is not shard ${i + 2} (its header says ${says})`);
+    }
+    parameters += parsed.parameterCount;
+    tensors += Number(parsed.metadata.tensor_count);
+  }
+  const expected = counted(first, "split.tensors.count");
+  if (count > 1 && expected !== tensors) throw unsupportedArtifact(`the ${count} split weight files hold ${tensors} tensors, their first says ${expected}`);
+  return parameters;
+}
+
+/**
+ * Reads the header of a local GGUF file; `size` is the total of the model's weight files, and
+ * `shards` the files after the first when it is split in several (checked to fit together).
+ */
+export async function readGgufConfig(path: string, size: number, shards: string[] = []): Promise<ModelConfig> {
   const parsed = await gguf(path, { allowLocalFile: true, computeParametersCount: true });
+  const shardParameterCount = await shardParameters(parsed.metadata, Number(parsed.metadata.tensor_count), shards);
   const header: Record<string, string> = {};
   for (const [key, value] of Object.entries(parsed.metadata)) {
     if (key === "version" || key === "tensor_count" || key === "kv_count") continue;
@@ -52,7 +93,7 @@ export async function readGgufConfig(path: string, size: number): Promise<ModelC
   return {
     format: "gguf",
     ...(quantization ? { quantization } : {}),
-    parameters: formatParameters(parsed.parameterCount),
+    parameters: formatParameters(parsed.parameterCount + shardParameterCount),
     ...(architecture ? { architecture } : {}),
     size: formatSize(size),
     ...(typeof contextLength === "number" || typeof contextLength === "bigint" ? { context_size: Number(contextLength) } : {}),

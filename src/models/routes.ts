@@ -13,6 +13,9 @@ import { progressStream } from "./pull/stream.ts";
 import { HUGGING_FACE, idPrefix, parseReference } from "./reference.ts";
 import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
+import { pushRoute } from "./push/routes.ts";
+import { loadRoute } from "./package/routes.ts";
+import { purgeRoute } from "./purge/routes.ts";
 import type { ModelStore, StoredModel } from "./store/store.ts";
 
 // The model-management API: pull (`POST /models/create`, streaming NDJSON progress), list,
@@ -117,9 +120,12 @@ export function createModelApi(deps: ModelRoutesDeps): ModelApi {
 
   const routes: Route[] = [
     { method: "POST", path: "/models/create", handle: create },
+    loadRoute(store),
     { method: "GET", path: "/models", handle: async () => Response.json((await store.list()).map(publicModel)) },
     { method: "POST", path: "/models/:reference+/tag", handle: tag },
+    pushRoute({ store, registry: deps.registry }),
     { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
+    purgeRoute(store, (model) => (deps.whileDeleting ?? ((_, remove) => remove()))(model, () => store.remove(model.id, undefined))),
     { method: "DELETE", path: "/models/:reference+", handle: remove },
   ];
   return { routes, pull, remove: removeModel, pulls: () => puller.active() };

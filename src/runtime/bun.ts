@@ -11,6 +11,9 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
   // for long during a long prompt. Its body has a time limit of its own (see readBody).
   const options = {
     idleTimeout: Math.max(1, Math.ceil(limits.headersTimeoutMs / 1000)),
+    // Bun's own cap (128 MiB) answered a model archive (POST /models/load) 413 with no body. Each
+    // route bounds what it reads itself (see src/http/body.ts); a model is as large as it is.
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     fetch: (request: Request, server: { timeout(request: Request, seconds: number): void; pendingRequests: number }) => {
       server.timeout(request, 0);
       // Bun's server does not count connections, but counts requests in flight (this one too) until

@@ -28,6 +28,8 @@ export type ModelRef = {
   id: string;
   tags: string[];
   ggufPath: string;
+  /** Weights split in several GGUF files: the others, in order. */
+  shardPaths?: string[];
   mmprojPath?: string;
   /** `size`: the weight files' total as shown (`256.35MiB`). */
   config?: { architecture?: string; size?: string; gguf?: Record<string, string> };

@@ -103,10 +103,18 @@ describe("pickWeights", () => {
     [["mmproj-Q4_K_M.gguf", "w-Q4_K_M.gguf"], "latest", "w-Q4_K_M.gguf"],
     [["sub/dir/w.Q5_K_M.gguf"], "Q5_K_M", "sub/dir/w.Q5_K_M.gguf"],
   ])("%j with %s -> %s", (paths, tag, expected) => {
-    expect(pickWeights(paths.map(file), tag, "o/r").path).toBe(expected);
+    expect(pickWeights(paths.map(file), tag, "o/r").map((f) => f.path)).toEqual([expected]);
   });
 
-  it("refuses sharded files", () => {
-    expect(() => pickWeights([file("w-Q4_K_M-00001-of-00002.gguf")], "latest", "o/r")).toThrow(/sharded/);
+  it("picks every shard of a split quantisation, in order, and no other file", () => {
+    const paths = ["Q8_0/w-Q8_0-00001-of-00002.gguf", "Q4_K_M/w-Q4_K_M-00003-of-00003.gguf", "Q4_K_M/w-Q4_K_M-00001-of-00003.gguf", "Q4_K_M/w-Q4_K_M-00002-of-00003.gguf"];
+    expect(pickWeights(paths.map(file), "latest", "o/r").map((f) => f.path)).toEqual(["Q4_K_M/w-Q4_K_M-00001-of-00003.gguf", "Q4_K_M/w-Q4_K_M-00002-of-00003.gguf", "Q4_K_M/w-Q4_K_M-00003-of-00003.gguf"]);
+    // A whole file of the quantisation, where there is one beside shards, is the one.
+    expect(pickWeights([...paths, "w-Q4_K_M.gguf"].map(file), "latest", "o/r").map((f) => f.path)).toEqual(["w-Q4_K_M.gguf"]);
+  });
+
+  it("answers 404 naming the shard a repository lacks", () => {
+    const paths = ["w-Q4_K_M-00001-of-00003.gguf", "w-Q4_K_M-00003-of-00003.gguf"];
+    expect(() => pickWeights(paths.map(file), "latest", "o/r")).toThrow("o/r lacks shard 2 of 3 of w-Q4_K_M (w-Q4_K_M-00002-of-00003.gguf)");
   });
 });

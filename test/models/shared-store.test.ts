@@ -84,6 +84,8 @@ const chat = (url: string, model: string, extra: object = {}) =>
 const listed = async (url: string) => ((await ask({ url }, "GET", "/models")).json() as { tags: string[] }[]).map((m) => m.tags);
 const sha256 = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
 const hex = (digest: string) => digest.slice("sha256:".length);
+/** The artifact's config blob, which the store keeps beside the layers (a model is pushed as it came). */
+const configOf = (model: PushedModel) => (JSON.parse(new TextDecoder().decode(model.manifest)) as { config: { digest: string } }).config.digest;
 
 describe("two servers on one store", () => {
   it("pull the same model at once: it is downloaded once, stored once, listed and served by both", async () => {
@@ -98,7 +100,7 @@ describe("two servers on one store", () => {
     // One GET of the weights: the second puller waited for the first and used its blob.
     expect(f.requests.filter((r) => r.startsWith("GET ") && r.includes(`/blobs/${tiny.ggufDigest}`))).toHaveLength(1);
     const blobs = store().layout.blobsDir;
-    expect(await readdir(blobs)).toEqual([hex(tiny.ggufDigest)]);
+    expect((await readdir(blobs)).sort()).toEqual([hex(tiny.ggufDigest), hex(configOf(tiny))].sort());
     expect(sha256(await readFile(join(blobs, hex(tiny.ggufDigest))))).toBe(tiny.ggufDigest);
     const index = JSON.parse(await readFile(store().layout.indexFile, "utf8"));
     expect(index.models.map((m: { id: string; tags: string[] }) => [m.id, m.tags])).toEqual([[tiny.manifestDigest, ["ai/tiny:latest"]]]);
@@ -201,8 +203,8 @@ describe("two servers on one store", () => {
     // It resumed from what the killed one had recorded, rather than start over.
     expect(f.blobBytes(shaped.ggufDigest) - servedToA).toBeLessThanOrEqual(shaped.size - (1 << 20));
 
-    // Nothing of the download is left but the blob, whole.
-    expect(await readdir(layout.blobsDir)).toEqual([hex(shaped.ggufDigest)]);
+    // Nothing of the download is left but the blob, whole (and the artifact's config).
+    expect((await readdir(layout.blobsDir)).sort()).toEqual([hex(shaped.ggufDigest), hex(configOf(shaped))].sort());
     expect(sha256(await readFile(join(layout.blobsDir, hex(shaped.ggufDigest))))).toBe(shaped.ggufDigest);
     // A third server on the store lists and serves it, and removes the killed one's lease.
     const c = await replica("c", "bun", f.host);

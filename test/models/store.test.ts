@@ -186,7 +186,7 @@ describe("a store shared by several processes", () => {
     await createModelStore(root).collectOrphans();
     expect(await readdir(store.layout.blobsDir)).toEqual([]);
     expect(await readdir(store.layout.leasesDir)).toEqual([]);
-    await expect(store.serve([model.ggufPath])).rejects.toThrow(/is gone: the model was deleted/);
+    await expect(store.serve([model.ggufPath])).rejects.toThrow(/is gone: the model was deleted, or the file removed/);
   });
 });
 

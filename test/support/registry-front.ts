@@ -23,6 +23,8 @@ export type FrontOptions = {
   ignoreRange?: boolean;
   /** Send at most this many bytes per second on each connection. */
   bytesPerSecond?: number;
+  /** Answer every write (POST, PUT, PATCH, DELETE) 403 DENIED, as a registry does to credentials that may only pull. */
+  denyWrites?: boolean;
 };
 
 export type Front = {
@@ -152,6 +154,11 @@ export async function startRegistryFront(registryUrl: string, options: FrontOpti
     if (options.token && !path.startsWith("/cdn/")) {
       const given = /^Bearer (.+)$/.exec(request.headers.authorization ?? "")?.[1];
       if (!given || !tokens.includes(given)) return challenge(response, url, path);
+    }
+    if (options.denyWrites && request.method !== "GET" && request.method !== "HEAD") {
+      requests.push(`${request.method} ${path} denied`);
+      response.writeHead(403, { "content-type": "application/json" }).end('{"errors":[{"code":"DENIED","message":"requested access to the resource is denied"}]}');
+      return;
     }
     if (options.redirectBlobs && request.method === "GET" && /^\/v2\/.+\/blobs\/sha256:[0-9a-f]{64}$/.test(path)) {
       requests.push(`GET ${path}${request.headers.range ? ` ${request.headers.range}` : ""}`);

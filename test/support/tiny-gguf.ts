@@ -60,6 +60,7 @@ const POOLING_RANK = 4;
 const RERANK_LABELS = ["yes", "no"];
 
 // GGUF metadata value types and the f32 tensor type, from the GGUF specification.
+const T_UINT16 = 2;
 const T_UINT32 = 4;
 const T_INT32 = 5;
 const T_FLOAT32 = 6;
@@ -74,7 +75,7 @@ const TOKEN_CONTROL = 3;
 const TOKEN_BYTE = 6;
 
 type MetaValue =
-  | { type: typeof T_UINT32 | typeof T_INT32 | typeof T_FLOAT32; value: number }
+  | { type: typeof T_UINT16 | typeof T_UINT32 | typeof T_INT32 | typeof T_FLOAT32; value: number }
   | { type: typeof T_STRING; value: string }
   | { type: typeof T_BOOL; value: boolean }
   | { type: typeof T_ARRAY; of: typeof T_INT32 | typeof T_FLOAT32; value: number[] }
@@ -247,6 +248,10 @@ class ByteWriter {
     this.length += bytes;
     return at;
   }
+  u16(value: number): void {
+    const at = this.reserve(2); // may replace the view
+    this.view.setUint16(at, value, true);
+  }
   u32(value: number): void {
     const at = this.reserve(4); // may replace the view
     this.view.setUint32(at, value, true);
@@ -283,6 +288,7 @@ class ByteWriter {
 function writeScalar(out: ByteWriter, type: number, value: number | string | boolean): void {
   if (type === T_STRING) out.string(value as string);
   else if (type === T_BOOL) out.bytes(Uint8Array.of(value ? 1 : 0));
+  else if (type === T_UINT16) out.u16(value as number);
   else if (type === T_UINT32) out.u32(value as number);
   else if (type === T_INT32) out.i32(value as number);
   else out.f32(value as number);
@@ -309,12 +315,8 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
   }
 }
 
-/** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
-export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
-  const shape = shapeOf(options);
-  const meta = metadata(options, shape);
-  const list = tensors(vocabularySize(options), shape, options.reranker ?? false);
-  if (options.vocabulary === "bpe") leanTowards(list, shape, chatVocabulary().leaning);
+/** One GGUF file: its metadata, then its tensors' infos and data (drawn from `random` in order). */
+function writeGguf(meta: Array<[string, MetaValue]>, list: Tensor[], random: () => number): Uint8Array {
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
   out.u32(GGUF_VERSION);
@@ -331,13 +333,49 @@ export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
     offset = alignUp(offset + elementCount(tensor) * 4);
   }
   out.padTo(ALIGNMENT);
-  const random = prng(options.seed ?? 0x11a3ad0c);
   for (const tensor of list) {
     writeTensorData(out, tensor, random);
     out.padTo(ALIGNMENT);
   }
   return out.result();
 }
+
+function modelParts(options: TinyGgufOptions) {
+  const shape = shapeOf(options);
+  const list = tensors(vocabularySize(options), shape, options.reranker ?? false);
+  if (options.vocabulary === "bpe") leanTowards(list, shape, chatVocabulary().leaning);
+  return { meta: metadata(options, shape), list, random: prng(options.seed ?? 0x11a3ad0c) };
+}
+
+/** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
+export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
+  const { meta, list, random } = modelParts(options);
+  return writeGguf(meta, list, random);
+}
+
+/**
+ * The same model split into `count` GGUF files as llama.cpp's gguf-split writes them: the
+ * tensors in order, spread over the files; the first holds all the metadata, and every file says
+ * which it is (`split.no`, u16), how many there are (`split.count`, u16) and how many tensors all
+ * hold (`split.tensors.count`, i32). llama.cpp loads the first and finds the others by name
+ * (`<prefix>-00002-of-00003.gguf`). Same seed, same weights as `tinyLlamaGguf`.
+ */
+export function tinyLlamaShards(count: number, options: TinyGgufOptions = {}): Uint8Array[] {
+  const { meta, list, random } = modelParts(options);
+  const per = Math.ceil(list.length / count);
+  return Array.from({ length: count }, (_, no) => {
+    const split: Array<[string, MetaValue]> = [
+      ["split.no", { type: T_UINT16, value: no }],
+      ["split.count", { type: T_UINT16, value: count }],
+      ["split.tensors.count", { type: T_INT32, value: list.length }],
+    ];
+    return writeGguf(no === 0 ? [...meta, ...split] : split, list.slice(no * per, (no + 1) * per), random);
+  });
+}
+
+/** What llama.cpp names the shard `no` (from 1) of `count`: `<prefix>-00001-of-00003.gguf`. */
+export const shardName = (prefix: string, no: number, count: number) =>
+  `${prefix}-${String(no).padStart(5, "0")}-of-${String(count).padStart(5, "0")}.gguf`;
 
 /** Writes the tiny model to `path` (a test fixture, made at test time). */
 export async function writeTinyLlamaGguf(path: string, options: TinyGgufOptions = {}): Promise<void> {

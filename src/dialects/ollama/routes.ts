@@ -143,7 +143,7 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   }
 
   const sized = async (model: StoredModel): Promise<Sized> => {
-    const files = [model.ggufPath, ...(model.mmprojPath ? [model.mmprojPath] : [])];
+    const files = [model.ggufPath, ...(model.shardPaths ?? []), ...(model.mmprojPath ? [model.mmprojPath] : [])];
     const sizes = await Promise.all(files.map((file) => stat(file).then((s) => s.size, () => 0)));
     return { model, size: sizes.reduce((a, b) => a + b, 0) };
   };

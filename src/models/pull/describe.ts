@@ -14,7 +14,8 @@ export async function describeModel(
   artifact: { config?: ModelConfig; created?: number } = {},
 ): Promise<Omit<IndexEntry, "id" | "tags">> {
   const weights = files.gguf.reduce((sum, digest) => sum + (sizes.get(digest) ?? 0), 0);
-  const fromHeader = await readGgufConfig(store.layout.blob(files.gguf[0]!), weights);
+  const [first, ...shards] = files.gguf.map((digest) => store.layout.blob(digest));
+  const fromHeader = await readGgufConfig(first!, weights, shards);
   return {
     created: artifact.created ?? Math.floor(Date.now() / 1000),
     config: { ...artifact.config, ...fromHeader },

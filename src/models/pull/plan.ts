@@ -14,6 +14,8 @@ export type PullPlan = {
   id: string;
   manifest: Uint8Array;
   layers: PlannedLayer[];
+  /** The artifact's config blob, which `describe` stores: held, like the layers, until the model is recorded. */
+  config?: string;
   /** Reads what the model's record needs once its blobs are present (config blob, GGUF header). */
   describe(signal: AbortSignal): Promise<Omit<IndexEntry, "id" | "tags">>;
 };

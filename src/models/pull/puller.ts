@@ -57,7 +57,7 @@ async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal
     emit({ type: "success", message: `Using cached model: ${plan.key}`, mode: "pull" });
     return;
   }
-  const unpin = await store.pin(plan.layers.map((l) => l.digest));
+  const unpin = await store.pin([...plan.layers.map((l) => l.digest), ...(plan.config ? [plan.config] : [])]);
   try {
     const total = plan.layers.reduce((sum, l) => sum + l.size, 0);
     const report = progressReporter(total, emit);

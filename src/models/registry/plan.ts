@@ -15,7 +15,8 @@ const ArtifactConfig = z.looseObject({
   descriptor: z.looseObject({ created: z.string().optional() }).optional(),
 });
 
-function filesOf(layers: Descriptor[]): ModelFiles {
+/** The blobs a model uses, by role, from an artifact's layers (GGUF shards in their order). */
+export function filesOf(layers: Descriptor[]): ModelFiles {
   const first = (mediaType: string) => layers.find((l) => l.mediaType === mediaType)?.digest;
   const gguf = layers.filter((l) => l.mediaType === MediaTypes.gguf).map((l) => l.digest);
   if (gguf.length === 0) throw unsupportedArtifact("the artifact has no GGUF layer");
@@ -23,7 +24,7 @@ function filesOf(layers: Descriptor[]): ModelFiles {
   return { gguf, ...Object.fromEntries(Object.entries(optional).filter(([, v]) => v)) };
 }
 
-function parseArtifactConfig(bytes: Uint8Array) {
+export function parseArtifactConfig(bytes: Uint8Array) {
   try {
     const parsed = ArtifactConfig.safeParse(JSON.parse(new TextDecoder().decode(bytes)));
     if (parsed.success) return parsed.data;
@@ -55,12 +56,16 @@ export async function planRegistryPull(
     id: manifest.digest,
     manifest: manifest.bytes,
     layers: layers.map((l) => ({ digest: l.digest, size: l.size, source: repository.blobSource(l) })),
+    config: manifest.config.digest,
     async describe(describeSignal) {
       const configBytes = await repository.blob(manifest.config, describeSignal);
+      // Kept, so that the model can be pushed again as the very artifact it came as.
+      await store.putBlob(configBytes);
       const artifact = parseArtifactConfig(configBytes);
       const created = artifact.descriptor?.created ? Math.floor(Date.parse(artifact.descriptor.created) / 1000) : undefined;
       const sizes = new Map(layers.map((l) => [l.digest, l.size]));
-      return describeModel(store, files, sizes, { config: artifact.config, ...(created && Number.isFinite(created) ? { created } : {}) });
+      const stored = { ...files, config: manifest.config.digest };
+      return describeModel(store, stored, sizes, { config: artifact.config, ...(created && Number.isFinite(created) ? { created } : {}) });
     },
   };
 }

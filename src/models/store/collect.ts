@@ -29,7 +29,7 @@ async function markedOrphans(layout: Layout): Promise<string[]> {
 const mark = (layout: Layout, digest: string) => writeFile(layout.orphanMark(digest), "").catch(() => {});
 
 /** The blob's lock if no live process holds it (a stale one is broken); undefined otherwise. */
-async function lockIfFree(layout: Layout, digest: string): Promise<HeldLock | undefined> {
+export async function lockIfFree(layout: Layout, digest: string): Promise<HeldLock | undefined> {
   try {
     return await acquireLock(layout.blobLock(digest), { pollMs: 0, waiting: async () => true });
   } catch (error) {

@@ -33,13 +33,15 @@ const Entry = z.object({
     mmproj: Digest.optional(),
     chatTemplate: Digest.optional(),
     license: Digest.optional(),
+    /** The artifact's config blob, kept so that the model can be pushed as it was pulled. */
+    config: Digest.optional(),
   }),
 });
 export type IndexEntry = z.infer<typeof Entry>;
 
 /** Every blob a model's record names. */
 export const blobsOf = (entry: IndexEntry) =>
-  [entry.files.gguf, entry.files.mmproj, entry.files.chatTemplate, entry.files.license].flat().filter((d): d is string => !!d);
+  [entry.files.gguf, entry.files.mmproj, entry.files.chatTemplate, entry.files.license, entry.files.config].flat().filter((d): d is string => !!d);
 
 const IndexFile = z.object({ version: z.literal(1), models: z.array(Entry) });
 

@@ -7,6 +7,7 @@ import { createLeases } from "./leases.ts";
 import { withLock } from "./lock-file.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
 import { blobsOf, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
+import { findUnused, removeUnused, type Unused, type UnusedRule } from "./sweep.ts";
 
 // The model store: blobs, manifests and the index behind one object, shared with any other
 // process on the same folder. Models are added only after all their blobs are verified on disk;
@@ -22,10 +23,13 @@ export type StoredModel = {
   config: ModelConfig;
   /** Absolute path of the weights blob, read in place. */
   ggufPath: string;
+  /** Weights split in several GGUF files: the others, in order (absolute blob paths). */
+  shardPaths?: string[];
   mmprojPath?: string;
 };
 
-export type NewModel = Omit<IndexEntry, "id" | "tags"> & { manifest: Uint8Array; tag: string };
+/** A model to record; without a tag it is listed untagged (a load whose client tags it next, as DMR's does). */
+export type NewModel = Omit<IndexEntry, "id" | "tags"> & { manifest: Uint8Array; tag: string | undefined };
 
 export type Removal = { untagged: string[]; deleted?: string };
 
@@ -65,6 +69,10 @@ export type ModelStore = {
   addTag(id: string, tag: string): Promise<StoredModel>;
   /** Untags `tag`, or every tag when `tag` is undefined; deletes the model once it has no tags. */
   remove(id: string, tag: string | undefined): Promise<Removal>;
+  /** What no model uses and no operation here holds (see sweep.ts); incomplete downloads count once this old. */
+  unused(incompleteOlderThanMs: number): Promise<Unused>;
+  /** Removes what `unused` counts, in turn with the index's other changes. */
+  removeUnused(incompleteOlderThanMs: number): Promise<Unused>;
 };
 
 function toStored(layout: Layout, entry: IndexEntry): StoredModel {
@@ -74,6 +82,7 @@ function toStored(layout: Layout, entry: IndexEntry): StoredModel {
     created: entry.created,
     config: entry.config,
     ggufPath: layout.blob(entry.files.gguf[0]!),
+    ...(entry.files.gguf.length > 1 ? { shardPaths: entry.files.gguf.slice(1).map(layout.blob) } : {}),
     ...(entry.files.mmproj ? { mmprojPath: layout.blob(entry.files.mmproj) } : {}),
   };
 }
@@ -113,6 +122,13 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
   /** Whether the blob is there, asked under its lock: a collection does not remove it meanwhile. */
   const stillThere = (digest: string) => withLock(layout.blobLock(digest), { pollMs: 50 }, () => hasBlob(layout, digest));
 
+  const unusedRule = async (models: IndexEntry[], incompleteOlderThanMs: number): Promise<UnusedRule> => ({
+    referenced: new Set(models.flatMap((m) => [m.id, ...blobsOf(m)])),
+    held: await leases.held(),
+    incompleteOlderThanMs,
+    now: Date.now(),
+  });
+
   return {
     root,
     layout,
@@ -151,7 +167,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
       for (const digest of digests) {
         if (!(await stillThere(digest).catch(() => false))) {
           served();
-          throw new Error(`the model's file ${layout.blob(digest)} is gone: the model was deleted`);
+          throw new Error(`the model's file ${layout.blob(digest)} is gone: the model was deleted, or the file removed (pull the model again)`);
         }
       }
       return served;
@@ -170,7 +186,8 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
         }
         const others = models.filter((m) => m.id !== id).map((m) => ({ ...m, tags: m.tags.filter((t) => t !== tag) }));
         const existing = models.find((m) => m.id === id);
-        const entry: IndexEntry = { ...rest, id, created: existing?.created ?? rest.created, tags: [...new Set([...(existing?.tags ?? []), tag])] };
+        const tags = [...new Set([...(existing?.tags ?? []), ...(tag === undefined ? [] : [tag])])];
+        const entry: IndexEntry = { ...rest, id, created: existing?.created ?? rest.created, tags };
         return { models: [...others, entry], result: toStored(layout, entry) };
       });
     },
@@ -201,5 +218,8 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
       if (removed) await collectBlobs(layout, leases, blobsOf(removed));
       return result;
     },
+    unused: async (age) => findUnused(layout, await unusedRule(await readIndex(layout, { fresh: true }), age)),
+    // Under the index's lock: no model is recorded meanwhile that would name a blob judged unused.
+    removeUnused: (age) => updateIndex(layout, async (models) => ({ models, result: await removeUnused(layout, leases, await unusedRule(models, age)) })),
   };
 }

@@ -1,0 +1,159 @@
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { FILEPATH_ANNOTATION } from "../../src/models/artifact.ts";
+import { packageModel, PackageError, type PackageFiles } from "../../src/models/package/archive.ts";
+import { tarEnd, tarHeader, tarPadding } from "../../src/models/package/tar.ts";
+import { MODEL_MEDIA, sha256 } from "../support/registry.ts";
+import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { call, modelApi, type ModelApi } from "./helpers.ts";
+
+// Packaging local files into a model: the archive built from real files (as `llamadock package`
+// builds it) loaded through `POST /models/load`, and archives that must be refused, each leaving
+// no model behind (and what they brought for purge to take).
+
+let dir: string;
+let api: ModelApi;
+const weights = tinyLlamaGguf();
+const projector = tinyLlamaGguf({ seed: 5 });
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "llamadock-package-"));
+  await writeFile(join(dir, "tiny.gguf"), weights);
+  await writeFile(join(dir, "tiny-00001-of-00002.gguf"), tinyLlamaGguf({ seed: 8 }));
+  await writeFile(join(dir, "tiny-00002-of-00002.gguf"), tinyLlamaGguf({ seed: 9 }));
+  await writeFile(join(dir, "mmproj-tiny.gguf"), projector);
+  await writeFile(join(dir, "template.jinja"), "{% for m in messages %}{{ m.content }}{% endfor %}");
+  await writeFile(join(dir, "LICENSE"), "MIT\n");
+  await writeFile(join(dir, "not.gguf"), "this is not a model\n");
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+afterEach(async () => {
+  await api?.dispose();
+});
+
+async function load(body: ReadableStream<Uint8Array> | Uint8Array, tag?: string) {
+  const query = tag ? `?tag=${encodeURIComponent(tag)}` : "";
+  const response = await api.handler(new Request(`http://model-runner/models/load${query}`, { method: "POST", body, duplex: "half" } as RequestInit));
+  return { status: response.status, json: await response.json() };
+}
+
+const packaged = (files: PackageFiles) => packageModel({ ...files, weights: files.weights.map((w) => join(dir, w)) });
+
+/** An archive of these entries, as a tar writer lays them out. */
+function tarOf(entries: [string, Uint8Array][]): Uint8Array {
+  const parts = entries.flatMap(([name, bytes]) => [tarHeader(name, bytes.byteLength), bytes, tarPadding(bytes.byteLength)]);
+  return Buffer.concat([...parts, tarEnd()]);
+}
+
+const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+
+/** An archive of `layer` (as weights) and a config, with a manifest naming them. */
+function artifactArchive(layer: Uint8Array, options: { configMediaType?: string; claimed?: Uint8Array; extraLayer?: string } = {}) {
+  const config = encode({ config: { format: "gguf" }, descriptor: { created: "2026-01-02T03:04:05Z" } });
+  const named = options.claimed ?? layer;
+  const manifest = encode({
+    schemaVersion: 2,
+    mediaType: MODEL_MEDIA.manifest,
+    config: { mediaType: options.configMediaType ?? MODEL_MEDIA.config, digest: sha256(config), size: config.byteLength },
+    layers: [
+      { mediaType: MODEL_MEDIA.gguf, digest: sha256(named), size: named.byteLength },
+      ...(options.extraLayer ? [{ mediaType: MODEL_MEDIA.license, digest: options.extraLayer, size: 4 }] : []),
+    ],
+  });
+  return tarOf([
+    [`blobs/sha256/${sha256(named).slice(7)}`, layer],
+    [`blobs/sha256/${sha256(config).slice(7)}`, config],
+    ["manifest.json", manifest],
+  ]);
+}
+
+describe("POST /models/load", () => {
+  it("records a packaged model under its tag: weights, projector, template and license, each layer named by its file", async () => {
+    api = await modelApi();
+    const pkg = await packaged({ weights: ["tiny.gguf"], mmproj: join(dir, "mmproj-tiny.gguf"), chatTemplate: join(dir, "template.jinja"), licenses: [join(dir, "LICENSE")] });
+    const { status, json } = await load(pkg.archive(), "me/tiny");
+    expect(status, JSON.stringify(json)).toBe(200);
+    expect(json).toMatchObject({ type: "success", message: "Model loaded successfully", id: pkg.artifact.id, tags: ["me/tiny:latest"] });
+    expect(json.config).toMatchObject({ format: "gguf", architecture: "llama", context_size: 512 });
+    const model = await api.store.resolve("me/tiny");
+    expect(model?.ggufPath).toBe(api.store.layout.blob(sha256(weights)));
+    expect(model?.mmprojPath).toBe(api.store.layout.blob(sha256(projector)));
+    const manifest = JSON.parse(await readFile(api.store.layout.manifest(pkg.artifact.id), "utf8"));
+    expect(manifest.layers.map((l: { mediaType: string; annotations: Record<string, string> }) => [l.mediaType, l.annotations[FILEPATH_ANNOTATION]])).toEqual([
+      [MODEL_MEDIA.gguf, "tiny.gguf"],
+      [MODEL_MEDIA.mmproj, "mmproj-tiny.gguf"],
+      ["application/vnd.docker.ai.chat.template.jinja", "template.jinja"],
+      [MODEL_MEDIA.license, "LICENSE"],
+    ]);
+    // The config blob is in the store, as the manifest names it (so the model can be pushed as it is).
+    expect(sha256(await readFile(api.store.layout.blob(manifest.config.digest)))).toBe(manifest.config.digest);
+    const config = JSON.parse(await readFile(api.store.layout.blob(manifest.config.digest), "utf8"));
+    expect(config.config).toMatchObject({ format: "gguf", architecture: "llama", size: json.config.size });
+    expect(config.rootfs.diff_ids).toEqual(manifest.layers.map((l: { digest: string }) => l.digest));
+    // The same archive again: the same model, nothing new.
+    expect((await load(pkg.archive(), "me/tiny:v2")).json).toMatchObject({ id: pkg.artifact.id, tags: ["me/tiny:latest", "me/tiny:v2"] });
+  });
+
+  it("keeps shards in their order, and lists the model with their summed size", async () => {
+    api = await modelApi();
+    const one = await packaged({ weights: ["tiny-00001-of-00002.gguf"] });
+    const both = await packaged({ weights: ["tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"] });
+    const { json } = await load(both.archive(), "me/sharded");
+    const manifest = JSON.parse(await readFile(api.store.layout.manifest(json.id), "utf8"));
+    expect(manifest.layers.map((l: { annotations: Record<string, string> }) => l.annotations[FILEPATH_ANNOTATION])).toEqual(["tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"]);
+    const index = JSON.parse(await readFile(join(api.root, "models.json"), "utf8"));
+    expect(index.models[0].files.gguf).toEqual(manifest.layers.map((l: { digest: string }) => l.digest));
+    const size = (bytes: number) => `${(bytes / 1024).toFixed(2)}KiB`;
+    expect(json.config.size).toBe(size(both.layers[0]!.size + both.layers[1]!.size));
+    expect(one.artifact.id).not.toBe(both.artifact.id);
+  });
+
+  it("leaves a model untagged without ?tag= (DMR's client tags it next, by id), and purge of unused models takes it", async () => {
+    api = await modelApi();
+    const pkg = await packaged({ weights: ["tiny.gguf"] });
+    expect((await load(pkg.archive())).json).toMatchObject({ id: pkg.artifact.id, tags: [] });
+    expect((await call(api.handler, "GET", "/models")).json).toMatchObject([{ id: pkg.artifact.id, tags: [] }]);
+    await load(pkg.archive());
+    const purged = await call(api.handler, "DELETE", "/models/purge?unused=true&older-than=0");
+    expect(purged.json.deleted).toEqual([{ id: pkg.artifact.id, tags: [] }]);
+    expect((await call(api.handler, "GET", "/models")).json).toEqual([]);
+    expect((await load(pkg.archive())).status).toBe(200);
+    expect((await call(api.handler, "POST", `/models/${pkg.artifact.id}/tag?repo=me/tagged&tag=v1`)).status).toBe(201);
+    expect((await call(api.handler, "GET", "/models/me/tagged:v1")).json.id).toBe(pkg.artifact.id);
+  });
+
+  it("refuses a bad archive with 400 (422 for an artifact of another kind) and records no model", async () => {
+    api = await modelApi();
+    const refusals: [string, Uint8Array, number, RegExp][] = [
+      ["not a tar", new Uint8Array(1024).fill(65), 400, /not a valid tar: a numeric field holds "AAAAAAAA"/],
+      ["a tar with a damaged header", (() => { const t = tarOf([["manifest.json", encode({})]]); t[10] = 0x41; return t; })(), 400, /not a valid tar: a header's checksum does not match/],
+      ["no manifest", tarOf([[`blobs/sha256/${sha256(weights).slice(7)}`, weights]]), 400, /has no manifest.json/],
+      ["weights that are not GGUF", artifactArchive(new TextEncoder().encode("not a model at all")), 400, /is not a GGUF file/],
+      ["bytes that do not match their name", artifactArchive(tinyLlamaGguf({ seed: 3 }), { claimed: tinyLlamaGguf({ seed: 4 }) }), 400, /do not match that digest/],
+      ["a blob in neither the archive nor the store", artifactArchive(weights, { extraLayer: sha256(new Uint8Array([1, 2, 3, 4])) }), 400, /neither in the archive nor in the store/],
+      ["an image, not a model", artifactArchive(weights, { configMediaType: "application/vnd.oci.image.config.v1+json" }), 422, /unsupported model config media type/],
+      ["a manifest that is not JSON", tarOf([["manifest.json", new TextEncoder().encode("{")]]), 400, /manifest.json is not JSON/],
+    ];
+    for (const [what, archive, status, message] of refusals) {
+      const answer = await load(archive, "me/bad");
+      expect(answer.status, what).toBe(status);
+      expect(answer.json.error.message, what).toMatch(message);
+    }
+    expect((await call(api.handler, "GET", "/models")).json).toEqual([]);
+    // What the refused archives brought is unused, and purge takes it.
+    expect((await api.store.unused(0)).files).toBeGreaterThan(0);
+    await call(api.handler, "DELETE", "/models/purge?unused=true&older-than=0");
+    expect(await api.store.unused(0)).toEqual({ files: 0, bytes: 0, incompleteBytes: 0 });
+  });
+
+  it("packaging refuses a file that is not GGUF, or not there, before sending anything", async () => {
+    await expect(packaged({ weights: ["not.gguf"] })).rejects.toThrow(PackageError);
+    await expect(packaged({ weights: ["not.gguf"] })).rejects.toThrow(/is not a GGUF file/);
+    await expect(packaged({ weights: ["missing.gguf"] })).rejects.toThrow(/is not a file/);
+    await expect(packaged({ weights: ["tiny.gguf"], mmproj: join(dir, "not.gguf") })).rejects.toThrow(/not\.gguf is not a GGUF file/);
+  });
+});
