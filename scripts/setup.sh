@@ -47,8 +47,8 @@ if [ "${1:-}" = "--test" ]; then
   # The command's interactive chat is driven in a terminal multiplexer (send-keys, capture-pane).
   command -v tmux >/dev/null 2>&1 || wanted="$wanted tmux"
   # The image is built and run with podman (runc: see scripts/podman-env.sh), its base made with
-  # mmdebstrap; the compose file is run with podman-compose.
-  for tool in podman runc mmdebstrap podman-compose; do command -v "$tool" >/dev/null 2>&1 || wanted="$wanted $tool"; done
+  # mmdebstrap; the compose file is run with podman-compose; skopeo pulls back what the push tests push.
+  for tool in podman runc mmdebstrap podman-compose skopeo; do command -v "$tool" >/dev/null 2>&1 || wanted="$wanted $tool"; done
   # The Kubernetes manifests are rendered with kubectl's Kustomize (components need Kustomize v4+,
   # so Debian's old kubernetes-client will not do): installed when apt offers a `kubectl` package.
   if ! command -v kubectl >/dev/null 2>&1; then
