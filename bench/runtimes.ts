@@ -1,4 +1,5 @@
 import autocannon from "autocannon";
+import { cpuMicros } from "./cpu.ts";
 import { request as httpRequest } from "node:http";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -13,7 +14,7 @@ import { until } from "../test/support/until.ts";
 // socket, beside a bare proxy on that runtime in front of the same llama-server; (3) 128-token
 // streams through us vs from llama-server directly; (4) the idle model runner's RSS. Rounds
 // alternate the sides (and their order), so drift on a shared machine hits both alike; the client
-// (autocannon, in this Node process) is the same for both. Ratios last; exits 1 on a missed target.
+// (autocannon, in this Node process; a new connection per stream) is the same for both. Ratios last; exits 1 on a missed target.
 //
 //   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
 //                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6))
@@ -32,16 +33,19 @@ const judge = (line: string, met: boolean) => {
   summary.push({ line, met });
 };
 
-type Side = { name: string; url: string; socketPath?: string; body?: string };
-type Figures = { requests: number; seconds: number; latencies: number[]; errors: number };
+/** `pid`: the server's process, whose CPU time per request is printed (steadier than req/s here). */
+type Side = { name: string; url: string; pid: number; socketPath?: string; body?: string };
+type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number };
 
 function load(side: Side, connections: number, duration: number, figures?: Figures): Promise<void> {
+  const cpuBefore = cpuMicros(side.pid);
   return new Promise((resolve, reject) => {
     const post = side.body ? { method: "POST" as const, body: side.body, headers: { "content-type": "application/json" } } : {};
     const instance = autocannon({ url: side.url, socketPath: side.socketPath, connections, duration, ...post }, (error, result) => {
       if (error) return reject(error);
       if (figures) {
         figures.seconds += duration;
+        figures.cpuMicros += cpuMicros(side.pid) - cpuBefore;
         figures.errors += result.errors + result.timeouts + result.non2xx;
       }
       resolve();
@@ -64,14 +68,14 @@ const f3 = (n: number) => n.toFixed(3);
 
 /** Both sides under the same load in alternating rounds; returns [floor, ours] figures. */
 async function sideBySide(floor: Side, ours: Side, connections: number): Promise<[Figures, Figures]> {
-  const figures = [floor, ours].map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0 }) as Figures) as [Figures, Figures];
+  const figures = [floor, ours].map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 }) as Figures) as [Figures, Figures];
   for (const side of [floor, ours]) await load(side, connections, 2);
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 ? [1, 0] : [0, 1];
     for (const i of order) await load([floor, ours][i]!, connections, seconds, figures[i]);
   }
   for (const [name, f] of [["floor", figures[0]], ["ours", figures[1]]] as const) {
-    console.log(`  ${name.padEnd(5)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}`);
+    console.log(`  ${name.padEnd(5)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}, server CPU ${(f.cpuMicros / f.requests).toFixed(0)} µs/req`);
   }
   return figures;
 }
@@ -91,7 +95,7 @@ async function album(runtime: RuntimeName, photos: string): Promise<void> {
   const ours = await startServer({ runtime, runtimeArgs: runtimeArgs(runtime), env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
   try {
     console.log(`${runtime}: album service, 32 connections, ${rounds} rounds of ${seconds} s a side`);
-    const [bare, us] = await sideBySide({ name: "floor", url: `${addressOf(floor)}/api/albums/1` }, { name: "ours", url: `${addressOf(ours)}/api/albums/1` }, 32);
+    const [bare, us] = await sideBySide({ name: "floor", url: `${addressOf(floor)}/api/albums/1`, pid: floor.pid }, { name: "ours", url: `${addressOf(ours)}/api/albums/1`, pid: ours.pid }, 32);
     const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
     const extraP99 = percentile(us.latencies, 0.99) - percentile(bare.latencies, 0.99);
     judge(`${runtime} album: ours/floor req/s ${f3(ratio)} (target >= 0.9); p99 over the floor ${f3(extraP99)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP99 <= 1);
@@ -104,7 +108,7 @@ async function album(runtime: RuntimeName, photos: string): Promise<void> {
 function post(socketPath: string, path: string, body: object): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const data = JSON.stringify(body);
-    const call = httpRequest({ socketPath, path, method: "POST", headers: { "content-type": "application/json", "content-length": Buffer.byteLength(data) } }, (response) => {
+    const call = httpRequest({ socketPath, path, method: "POST", agent: false, headers: { "content-type": "application/json", "content-length": Buffer.byteLength(data) } }, (response) => {
       let text = "";
       response.setEncoding("utf8");
       response.on("data", (chunk: string) => (text += chunk));
@@ -147,8 +151,8 @@ async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
   try {
     console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
     const [bare, us] = await sideBySide(
-      { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION },
-      { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION },
+      { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid },
+      { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid },
       16,
     );
     const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
@@ -220,6 +224,9 @@ try {
     try {
       if (parts.has("inference")) await inference(runtime, stack);
       if (parts.has("streams")) await streams(runtime, stack);
+    } catch (error) {
+      console.log(`${runtime}: the server's last output:\n${stack.server.output().slice(-2000)}`);
+      throw error;
     } finally {
       await stack.stop();
     }

@@ -3,14 +3,12 @@ import { once } from "node:events";
 import { Readable } from "node:stream";
 import { serveWithNodeHttp } from "./node-http.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
+import { Agent } from "undici";
+import { callFetch, undiciSend } from "./node-client.ts";
 import { unixDispatcher } from "./unix-dispatcher.ts";
 import { endedStream, type ChildExit, type ChildProcess, type Runtime, type SpawnOptions } from "./types.ts";
 
-function unixFetch(socketPath: string): typeof fetch {
-  const dispatcher = unixDispatcher(socketPath);
-  return ((input: RequestInfo | URL, init?: RequestInit) =>
-    fetch(input, { ...init, dispatcher } as RequestInit)) as typeof fetch;
-}
+const unixFetch = (socketPath: string): typeof fetch => callFetch(undiciSend(unixDispatcher(socketPath)));
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const out = options.output ?? "pipe";
@@ -36,8 +34,8 @@ export const nodeRuntime: Runtime = {
   version: process.versions.node,
   serve: serveWithNodeHttp,
   unixFetch,
-  // undici, Node's fetch, never resends a request on a connection that failed.
-  upstreamFetch: fetch,
+  // Keep-alive, and undici never resends a request on a connection that failed.
+  upstreamFetch: callFetch(undiciSend(new Agent())),
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),
