@@ -1,4 +1,4 @@
-import type { IncomingHttpHeaders } from "node:http";
+import { request as httpRequest, type Agent as HttpAgent, type IncomingHttpHeaders } from "node:http";
 import { pipeline, type Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import type { Dispatcher } from "undici";
@@ -47,6 +47,24 @@ export const undiciSend =
     const answer = await dispatcher.request({ origin, path, method: method as Dispatcher.HttpMethod, headers, body, signal });
     return { status: answer.statusCode, headers: answer.headers, body: answer.body };
   };
+
+/**
+ * node:http's client with `agent` (keep-alive; it never sends a request twice), to `socketPath`
+ * when given: under Deno, whose own fetch resends on a reset reused connection, and whose undici
+ * reads env variables the album service's narrow `--allow-env` does not grant.
+ */
+export const nodeHttpSend =
+  (agent: HttpAgent, socketPath?: string) =>
+  ({ origin, path, method, headers, body, signal }: Call): Promise<Answer> =>
+    new Promise((resolve, reject) => {
+      const url = new URL(origin);
+      const target = socketPath ? { socketPath } : { host: url.hostname, port: url.port };
+      const call = httpRequest({ ...target, agent, method, path, headers, signal }, (response) =>
+        resolve({ status: response.statusCode ?? 502, headers: response.headers, body: response }),
+      );
+      call.once("error", reject);
+      call.end(body);
+    });
 
 function flatHeaders(headers: HeadersInit | undefined): Record<string, string> {
   if (!headers) return {};
