@@ -1,5 +1,6 @@
 import autocannon from "autocannon";
 import { cpuMicros } from "./cpu.ts";
+import { spawn } from "node:child_process";
 import { request as httpRequest } from "node:http";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -17,7 +18,7 @@ import { until } from "../test/support/until.ts";
 // (autocannon, in this Node process; a new connection per stream) is the same for both. Ratios last; exits 1 on a missed target.
 //
 //   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
-//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6))
+//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6), BENCH_NODE_ENTRY)
 
 const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node,deno").split(",") as RuntimeName[];
 const parts = new Set((process.env.BENCH_PARTS ?? "album,inference,streams,memory").split(","));
@@ -25,6 +26,8 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 3);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 4);
 const streamsPerSide = Number(process.env.BENCH_STREAMS ?? 6);
 const P = "/exp/vDD4.40";
+/** Our server's entry per runtime: BENCH_NODE_ENTRY=dist/node/index.js measures Node's bundle (npm run bundle). */
+const entryOf = (runtime: RuntimeName) => (runtime === "node" ? process.env.BENCH_NODE_ENTRY : undefined);
 
 /** Every line that states a target, printed together at the end. */
 const summary: { line: string; met: boolean }[] = [];
@@ -92,7 +95,7 @@ const runtimeArgs = (runtime: RuntimeName, extra: string[] = []) => (runtime ===
 async function album(runtime: RuntimeName, photos: string): Promise<void> {
   const env = { PHOTOS_API_BASE_URL: photos };
   const floor = await startServer({ runtime, entry: "bench/runtimes/floor.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } });
-  const ours = await startServer({ runtime, runtimeArgs: runtimeArgs(runtime), env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
+  const ours = await startServer({ runtime, entry: entryOf(runtime), runtimeArgs: runtimeArgs(runtime), env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
   try {
     console.log(`${runtime}: album service, 32 connections, ${rounds} rounds of ${seconds} s a side`);
     const [bare, us] = await sideBySide({ name: "floor", url: `${addressOf(floor)}/api/albums/1`, pid: floor.pid }, { name: "ours", url: `${addressOf(ours)}/api/albums/1`, pid: ours.pid }, 32);
@@ -196,20 +199,28 @@ async function streams(runtime: RuntimeName, stack: Stack): Promise<void> {
 // --- 4. memory -----------------------------------------------------------------------------------
 const rssMiB = async (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${pid}/status`, "utf8"))?.[1]) / 1024;
 
-async function idleMemory(runtime: RuntimeName): Promise<void> {
+async function idleRss(runtime: RuntimeName, entry?: string): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), "llamadock-rss-"));
-  const server = await startRunnerService(runtime, dir, { host: "127.0.0.1:9" } as Parameters<typeof startRunnerService>[2], {});
+  const registry = { host: "127.0.0.1:9" } as Parameters<typeof startRunnerService>[2]; // never called
+  const server = await startRunnerService(runtime, dir, registry, {}, entry);
   try {
     const url = addressOf(server, /model runner service listening on (http:\/\/[\d.]+:\d+)/);
     await (await fetch(`${url}/models`)).arrayBuffer();
     await new Promise((resolve) => setTimeout(resolve, 2_000));
-    const rss = await rssMiB(server.pid);
-    if (runtime === "node") judge(`node idle model runner: RSS ${rss.toFixed(1)} MiB (target < 80)`, rss < 80);
-    else console.log(`  ${runtime} idle model runner: RSS ${rss.toFixed(1)} MiB`);
+    return await rssMiB(server.pid);
   } finally {
     await server.stop(5_000);
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** The idle model runner's RSS; on Node, as bundled by `npm run bundle` (judged) and as TypeScript. */
+async function idleMemory(runtime: RuntimeName): Promise<void> {
+  if (runtime !== "node") return void console.log(`  ${runtime} idle model runner: RSS ${(await idleRss(runtime)).toFixed(1)} MiB`);
+  await new Promise((resolve, reject) => spawn("npm", ["run", "-s", "bundle"], { stdio: "inherit" }).once("close", (code) => (code === 0 ? resolve(code) : reject(new Error(`bundle: ${code}`)))));
+  console.log(`  node idle model runner from src/index.ts: RSS ${(await idleRss(runtime)).toFixed(1)} MiB`);
+  const rss = await idleRss(runtime, "dist/node/index.js");
+  judge(`node idle model runner, bundled: RSS ${rss.toFixed(1)} MiB (target < 80)`, rss < 80);
 }
 
 const load1 = async () => (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
@@ -220,7 +231,7 @@ try {
     if (parts.has("memory")) await idleMemory(runtime);
     if (upstream) await album(runtime, addressOf(upstream));
     if (!parts.has("inference") && !parts.has("streams")) continue;
-    const stack = await startStack({ runtime, models: ["ai/tiny"], env: { INFERENCE_SLOTS: "4" } });
+    const stack = await startStack({ runtime, models: ["ai/tiny"], env: { INFERENCE_SLOTS: "4" }, entry: entryOf(runtime) });
     try {
       if (parts.has("inference")) await inference(runtime, stack);
       if (parts.has("streams")) await streams(runtime, stack);
