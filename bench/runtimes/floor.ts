@@ -7,12 +7,14 @@ import { Pool } from "undici";
 // Run as FLOOR=album (TCP in, the photo service at PHOTOS_API_BASE_URL out: fetch the photos, wrap
 // them) or FLOOR=inference (PROXY_SOCKET in, RUNNER_UPSTREAM_SOCKET out, the body passed as it is).
 // - Node: node:http and an undici Pool (keep-alive; undici never resends a request);
-// - Deno: Deno.serve and node:http's client with a keep-alive Agent (which never resends);
+// - Deno: Deno.serve and, for the album, Deno's fetch keeping no idle connection (its fetch and its
+//   node:http client both resend on a reset reused connection); for inference node:http's client
+//   with a keep-alive Agent (Deno's fetch cannot send a path over a Unix socket);
 // - Bun: Bun.serve and fetch, without keep-alive for the album (Bun's fetch resends on a reset
 //   reused connection), and for inference the bare proxy of bench:inference.
 
 type DenoServe = (options: Record<string, unknown>, handler: (request: Request) => Response | Promise<Response>) => unknown;
-declare const Deno: { serve: DenoServe } | undefined;
+declare const Deno: { serve: DenoServe; createHttpClient(options: { poolMaxIdlePerHost: number }): unknown } | undefined;
 
 const kind = process.env.FLOOR ?? "album";
 const base = process.env.PHOTOS_API_BASE_URL ?? "";
@@ -73,13 +75,12 @@ function nodeClientCall(options: Record<string, unknown>, body?: Uint8Array): Pr
 
 function denoFloor(serve: DenoServe): void {
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
-  const photos = new URL(base || "http://127.0.0.1");
+  const client = Deno!.createHttpClient({ poolMaxIdlePerHost: 0 });
   const handler = async (request: Request): Promise<Response> => {
     if (kind === "album") {
       const albumId = albumIdOf(request.url);
-      const upstream = await nodeClientCall({ agent, host: photos.hostname, port: photos.port, path: `/albums/${albumId}/photos`, headers: { accept: "application/json" } });
-      const text = (await readAll(upstream)).toString("utf8");
-      return new Response(wrap(albumId, text), { headers: { "content-type": "application/json" } });
+      const upstream = await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, client } as RequestInit);
+      return new Response(wrap(albumId, await upstream.text()), { headers: { "content-type": "application/json" } });
     }
     const body = new Uint8Array(await request.arrayBuffer());
     const path = new URL(request.url).pathname;

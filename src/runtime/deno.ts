@@ -17,12 +17,24 @@ interface DenoApi {
   version: { deno: string };
   addSignalListener(signal: "SIGINT" | "SIGTERM", fn: () => void): void;
   exit(code: number): never;
+  createHttpClient(options: { poolMaxIdlePerHost: number }): unknown;
 }
 declare const Deno: DenoApi;
 
 // node:http's client, not Deno.createHttpClient's unix proxy: that sends the absolute URL as the
 // request target (proxy style), which llama-server answers with 404.
 const unixFetch = (socketPath: string): typeof fetch => callFetch(nodeHttpSend(new HttpAgent({ keepAlive: true }), socketPath));
+
+/**
+ * Deno's fetch sends a request again when a reused keep-alive connection is reset before the
+ * answer, and so does its node:http client (album-once.test.ts saw both). A client that keeps no
+ * idle connection never reuses one, so never resends: one TCP connect per call is the price of
+ * exactly-once.
+ */
+function onceFetch(): typeof fetch {
+  const client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
+  return ((input: RequestInfo | URL, init?: RequestInit) => fetch(input, { ...init, client } as RequestInit)) as typeof fetch;
+}
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const child = new Deno.Command(command, {
@@ -53,7 +65,7 @@ export const denoRuntime: Runtime = {
   version: Deno.version.deno,
   serve: serveWithNodeHttp,
   unixFetch,
-  upstreamFetch: callFetch(nodeHttpSend(new HttpAgent({ keepAlive: true }))),
+  upstreamFetch: onceFetch(),
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => Deno.addSignalListener(signal, handler), fn),
   exit: (code) => Deno.exit(code),
