@@ -9,13 +9,17 @@ import { endedStream, type ChildExit, type ChildProcess, type Runtime, type Spaw
 
 /**
  * Calls through undici's request API (half the CPU of node:http's client, a third of fetch's, per
- * call here), undici loaded on the first call: an idle server, with no runner started and no album
- * asked for, holds none of it (about 11 MiB).
+ * call here), undici loaded once a runner starts or the album service asks for its fetch: an idle
+ * model runner holds none of it (about 11 MiB).
  */
 function undiciFetch(dispatcher: () => Promise<Dispatcher>): typeof fetch {
-  let send: Promise<(call: Call) => Promise<Answer>> | undefined;
-  return callFetch(async (call) => (await (send ??= dispatcher().then(undiciSend)))(call));
+  // Loading starts now, not on the first call: under load it took longer than a call's deadline.
+  const send: Promise<(call: Call) => Promise<Answer>> = dispatcher().then(undiciSend);
+  send.catch(() => {}); // a failed load fails each call instead
+  return callFetch(async (call) => (await send)(call));
 }
+
+let upstreamFetch: typeof fetch | undefined;
 
 const unixFetch = (socketPath: string) => undiciFetch(async () => (await import("./unix-dispatcher.ts")).unixDispatcher(socketPath));
 
@@ -43,8 +47,11 @@ export const nodeRuntime: Runtime = {
   version: process.versions.node,
   serve: serveWithNodeHttp,
   unixFetch,
-  // Keep-alive, and undici never resends a request on a connection that failed.
-  upstreamFetch: undiciFetch(async () => new (await import("undici")).Agent()),
+  // Keep-alive, and undici never resends a request on a connection that failed. Made when first
+  // asked for (the album service asks as it starts).
+  get upstreamFetch() {
+    return (upstreamFetch ??= undiciFetch(async () => new (await import("undici")).Agent()));
+  },
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),
