@@ -69,19 +69,22 @@ const percentile = (values: number[], p: number) => {
 };
 const f3 = (n: number) => n.toFixed(3);
 
-/** Both sides under the same load in alternating rounds; returns [floor, ours] figures. */
-async function sideBySide(floor: Side, ours: Side, connections: number): Promise<[Figures, Figures]> {
-  const figures = [floor, ours].map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 }) as Figures) as [Figures, Figures];
-  for (const side of [floor, ours]) await load(side, connections, 2);
+/** The sides under the same load in alternating rounds (the order reversed every other round); figures in their order. */
+async function sideBySide(sides: Side[], connections: number): Promise<Figures[]> {
+  const figures = sides.map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 }) as Figures);
+  for (const side of sides) await load(side, connections, 2);
   for (let round = 0; round < rounds; round++) {
-    const order = round % 2 ? [1, 0] : [0, 1];
-    for (const i of order) await load([floor, ours][i]!, connections, seconds, figures[i]);
+    const order = sides.map((_, i) => i);
+    for (const i of round % 2 ? order.reverse() : order) await load(sides[i]!, connections, seconds, figures[i]);
   }
-  for (const [name, f] of [["floor", figures[0]], ["ours", figures[1]]] as const) {
-    console.log(`  ${name.padEnd(5)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}, server CPU ${(f.cpuMicros / f.requests).toFixed(0)} µs/req`);
+  for (const [i, f] of figures.entries()) {
+    console.log(`  ${sides[i]!.name.padEnd(7)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}, server CPU ${(f.cpuMicros / f.requests).toFixed(0)} µs/req`);
   }
   return figures;
 }
+
+/** With BENCH_STEPS=1, the bare proxy served through our adapter (bench/runtimes/adapter-proxy.ts) runs beside the two. */
+const steps = process.env.BENCH_STEPS === "1";
 
 const addressOf = (server: ServerProcess, pattern = /listening on (http:\/\/[\d.]+:\d+)/) => {
   const url = pattern.exec(server.output())?.[1];
@@ -96,14 +99,16 @@ async function album(runtime: RuntimeName, photos: string): Promise<void> {
   const env = { PHOTOS_API_BASE_URL: photos };
   const floor = await startServer({ runtime, entry: "bench/runtimes/floor.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } });
   const ours = await startServer({ runtime, entry: entryOf(runtime), runtimeArgs: runtimeArgs(runtime), env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
+  const adapter = steps ? await startServer({ runtime, entry: "bench/runtimes/adapter-proxy.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } }) : undefined;
   try {
     console.log(`${runtime}: album service, 32 connections, ${rounds} rounds of ${seconds} s a side`);
-    const [bare, us] = await sideBySide({ name: "floor", url: `${addressOf(floor)}/api/albums/1`, pid: floor.pid }, { name: "ours", url: `${addressOf(ours)}/api/albums/1`, pid: ours.pid }, 32);
+    const side = (name: string, server: ServerProcess) => ({ name, url: `${addressOf(server)}/api/albums/1`, pid: server.pid });
+    const [bare, us] = (await sideBySide([side("floor", floor), side("ours", ours), ...(adapter ? [side("adapter", adapter)] : [])], 32)) as [Figures, Figures];
     const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
     const extraP99 = percentile(us.latencies, 0.99) - percentile(bare.latencies, 0.99);
     judge(`${runtime} album: ours/floor req/s ${f3(ratio)} (target >= 0.9); p99 over the floor ${f3(extraP99)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP99 <= 1);
   } finally {
-    await Promise.all([floor.stop(2_000), ours.stop(2_000)]);
+    await Promise.all([floor.stop(2_000), ours.stop(2_000), adapter?.stop(2_000)]);
   }
 }
 
@@ -151,18 +156,25 @@ async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
     runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]),
     env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: proxySocket },
   });
+  const adapterSocket = join(stack.dir, "adapter.sock");
+  const adapter = steps
+    ? await startServer({ runtime, entry: "bench/runtimes/adapter-proxy.ts", runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]), env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: adapterSocket } })
+    : undefined;
   try {
     console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
-    const [bare, us] = await sideBySide(
-      { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid },
-      { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid },
+    const [bare, us] = (await sideBySide(
+      [
+        { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid },
+        { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid },
+        ...(adapter ? [{ name: "adapter", url: "http://localhost/v1/completions", socketPath: adapterSocket, body: COMPLETION, pid: adapter.pid }] : []),
+      ],
       16,
-    );
+    )) as [Figures, Figures];
     const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
     const extraP50 = percentile(us.latencies, 0.5) - percentile(bare.latencies, 0.5);
     judge(`${runtime} completions: ours/floor req/s ${f3(ratio)} (target >= 0.9); p50 over the floor ${f3(extraP50)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP50 <= 1);
   } finally {
-    await floor.stop(2_000);
+    await Promise.all([floor.stop(2_000), adapter?.stop(2_000)]);
   }
 }
 
