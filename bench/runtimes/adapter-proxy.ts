@@ -26,3 +26,4 @@ async function inference(request: Request): Promise<Response> {
 const target = kind === "album" ? { kind: "tcp" as const, hostname: "127.0.0.1", port: 0 } : { kind: "unix" as const, path: process.env.PROXY_SOCKET ?? "" };
 const listener = await runtime.serve(kind === "album" ? album : inference, target);
 console.log(`${kind} adapter proxy (${runtime.name}) listening on ${listener.address}`);
+runtime.onShutdownSignal(() => void listener.close(1_000).then(() => runtime.exit(0)));
