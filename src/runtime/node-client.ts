@@ -49,9 +49,9 @@ export const undiciSend =
   };
 
 /**
- * node:http's client with `agent` (keep-alive; it never sends a request twice), to `socketPath`
- * when given: under Deno, whose own fetch resends on a reset reused connection, and whose undici
- * reads env variables the album service's narrow `--allow-env` does not grant.
+ * node:http's client with `agent`, to `socketPath` when given: Deno's calls to its runners (Deno's
+ * own fetch sends absolute-form request targets over a Unix socket, which llama-server answers 404).
+ * Not for the photo service: under Deno it too sends a request again on a reset reused connection.
  */
 export const nodeHttpSend =
   (agent: HttpAgent, socketPath?: string) =>
