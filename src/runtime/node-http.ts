@@ -1,5 +1,5 @@
-import { createServer, type Server, type ServerResponse } from "node:http";
-import { createServerAdapter } from "@whatwg-node/server";
+import { createServer, type Server } from "node:http";
+import { serveExchange } from "./node-exchange.ts";
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import type { FetchHandler, ListenTarget, Listener, ServeLimits } from "./types.ts";
 
@@ -20,43 +20,12 @@ function listen(server: Server, target: ListenTarget): Promise<void> {
   });
 }
 
-/**
- * The answer, its body cancelled when its client leaves before the end, as Bun does. The adapter
- * stops writing to a closed connection but never cancels the body it reads: a stream that produces
- * on its own went on for nobody (an abandoned pull kept downloading), and one that waits to be read
- * held whatever it held until it was collected.
- */
-function cancelledOnDeparture(response: Response, res: ServerResponse): Response {
-  const body = response.body;
-  if (!body) return response;
-  const reader = body.getReader();
-  res.once("close", () => {
-    if (!res.writableFinished) reader.cancel(new Error("the client went away")).catch(() => {});
-  });
-  const relayed = new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        const next = await reader.read();
-        if (next.done) controller.close();
-        else controller.enqueue(next.value);
-      },
-      cancel: (reason) => reader.cancel(reason),
-    },
-    { highWaterMark: 0 },
-  );
-  return new Response(relayed, { status: response.status, statusText: response.statusText, headers: response.headers });
-}
-
 export async function serveWithNodeHttp(handler: FetchHandler, target: ListenTarget, limits: ServeLimits): Promise<Listener> {
-  // The native Request/Response, not the ponyfill, so handlers see the same classes as on Bun/Deno.
-  const adapter = createServerAdapter<{ res: ServerResponse }>(async (request, { res }) => cancelledOnDeparture(await handler(request), res), {
-    fetchAPI: { Request, Response, Headers, fetch, ReadableStream, URL },
-  });
   // Headers must arrive in time (slowloris); connections beyond the cap are closed as they come.
   // Node checks header deadlines every connectionsCheckingInterval (30 s by default): as often as needed.
   const server = createServer(
     { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs), keepAliveTimeout: 5_000 },
-    adapter,
+    (req, res) => serveExchange(handler, req, res),
   );
   server.maxConnections = limits.maxConnections;
   if (target.kind === "unix") await clearStaleSocket(target.path);

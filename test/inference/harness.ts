@@ -38,6 +38,8 @@ export type StackOptions = {
   /** Further repositories pushed as tiny models of a given shape. */
   shaped?: Record<string, TinyGgufOptions>;
   env?: Record<string, string>;
+  /** The server's entry script, when not src/index.ts (the Node bundle, dist/node/index.js). */
+  entry?: string;
 };
 
 export async function startStack(options: StackOptions): Promise<Stack> {
@@ -64,7 +66,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     const shaped = Object.entries(options.shaped ?? {});
     for (const [repository, shape] of shaped) await pushModel(registry, repository, "latest", tinyLlamaGguf(shape));
     const launch = async (env: Record<string, string> = {}) => {
-      server = await startRunnerService(options.runtime ?? "bun", dir, registry, { ...options.env, ...env });
+      server = await startRunnerService(options.runtime ?? "bun", dir, registry, { ...options.env, ...env }, options.entry);
       return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
     };
     let url = await launch();
@@ -100,9 +102,10 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   }
 }
 
-export function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>) {
+export function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>, entry?: string) {
   return startServer({
     runtime,
+    ...(entry ? { entry } : {}),
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write", "--allow-run", "--allow-sys"]) } : {}),
     env: {
       SERVICES: "runner",

@@ -1,0 +1,263 @@
+import autocannon from "autocannon";
+import { cpuMicros } from "./cpu.ts";
+import { spawn } from "node:child_process";
+import { request as httpRequest } from "node:http";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startStack, startRunnerService, type Stack } from "../test/inference/harness.ts";
+import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../test/support/server-process.ts";
+import { until } from "../test/support/until.ts";
+
+// Each runtime against its own floor, in one run: Bun, Node and Deno each serve (1) the album
+// service beside an exactly-once bare proxy on that runtime (bench/runtimes/floor.ts), 32
+// connections, a 50-photo upstream; (2) `max_tokens: 1` completions, 16 at a time over the Unix
+// socket, beside a bare proxy on that runtime in front of the same llama-server; (3) 128-token
+// streams through us vs from llama-server directly; (4) the idle model runner's RSS. Rounds
+// alternate the sides (and their order), so drift on a shared machine hits both alike; the client
+// (autocannon, in this Node process; a new connection per stream) is the same for both. Ratios last; exits 1 on a missed target.
+//
+//   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
+//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6), BENCH_NODE_ENTRY)
+
+const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node,deno").split(",") as RuntimeName[];
+const parts = new Set((process.env.BENCH_PARTS ?? "album,inference,streams,memory").split(","));
+const seconds = Number(process.env.BENCH_SECONDS ?? 3);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 4);
+const streamsPerSide = Number(process.env.BENCH_STREAMS ?? 6);
+const P = "/exp/vDD4.40";
+/** Our server's entry per runtime: BENCH_NODE_ENTRY=dist/node/index.js measures Node's bundle (npm run bundle). */
+const entryOf = (runtime: RuntimeName) => (runtime === "node" ? process.env.BENCH_NODE_ENTRY : undefined);
+
+/** Every line that states a target, printed together at the end. */
+const summary: { line: string; met: boolean }[] = [];
+const judge = (line: string, met: boolean) => {
+  console.log(`  ${line}`);
+  summary.push({ line, met });
+};
+
+/** `pid`: the server's process, whose CPU time per request is printed (steadier than req/s here). */
+type Side = { name: string; url: string; pid: number; socketPath?: string; body?: string };
+type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number };
+
+function load(side: Side, connections: number, duration: number, figures?: Figures): Promise<void> {
+  const cpuBefore = cpuMicros(side.pid);
+  return new Promise((resolve, reject) => {
+    const post = side.body ? { method: "POST" as const, body: side.body, headers: { "content-type": "application/json" } } : {};
+    const instance = autocannon({ url: side.url, socketPath: side.socketPath, connections, duration, ...post }, (error, result) => {
+      if (error) return reject(error);
+      if (figures) {
+        figures.seconds += duration;
+        figures.cpuMicros += cpuMicros(side.pid) - cpuBefore;
+        figures.errors += result.errors + result.timeouts + result.non2xx;
+      }
+      resolve();
+    });
+    if (figures) {
+      instance.on("response", (_client, status, _bytes, ms) => {
+        if (status !== 200) return;
+        figures.requests++;
+        figures.latencies.push(ms);
+      });
+    }
+  });
+}
+
+const percentile = (values: number[], p: number) => {
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))] ?? NaN;
+};
+const f3 = (n: number) => n.toFixed(3);
+
+/** The sides under the same load in alternating rounds (the order reversed every other round); figures in their order. */
+async function sideBySide(sides: Side[], connections: number): Promise<Figures[]> {
+  const figures = sides.map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 }) as Figures);
+  for (const side of sides) await load(side, connections, 2);
+  for (let round = 0; round < rounds; round++) {
+    const order = sides.map((_, i) => i);
+    for (const i of round % 2 ? order.reverse() : order) await load(sides[i]!, connections, seconds, figures[i]);
+  }
+  for (const [i, f] of figures.entries()) {
+    console.log(`  ${sides[i]!.name.padEnd(7)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}, server CPU ${(f.cpuMicros / f.requests).toFixed(0)} µs/req`);
+  }
+  return figures;
+}
+
+/** With BENCH_STEPS=1, the bare proxy served through our adapter (bench/runtimes/adapter-proxy.ts) runs beside the two. */
+const steps = process.env.BENCH_STEPS === "1";
+
+const addressOf = (server: ServerProcess, pattern = /listening on (http:\/\/[\d.]+:\d+)/) => {
+  const url = pattern.exec(server.output())?.[1];
+  if (!url) throw new Error(`no address in:\n${server.output()}`);
+  return url;
+};
+
+const runtimeArgs = (runtime: RuntimeName, extra: string[] = []) => (runtime === "deno" ? denoPermissions(extra) : []);
+
+// --- 1. album ------------------------------------------------------------------------------------
+async function album(runtime: RuntimeName, photos: string): Promise<void> {
+  const env = { PHOTOS_API_BASE_URL: photos };
+  const floor = await startServer({ runtime, entry: "bench/runtimes/floor.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } });
+  const ours = await startServer({ runtime, entry: entryOf(runtime), runtimeArgs: runtimeArgs(runtime), env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
+  const adapter = steps ? await startServer({ runtime, entry: "bench/runtimes/adapter-proxy.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } }) : undefined;
+  try {
+    console.log(`${runtime}: album service, 32 connections, ${rounds} rounds of ${seconds} s a side`);
+    const side = (name: string, server: ServerProcess) => ({ name, url: `${addressOf(server)}/api/albums/1`, pid: server.pid });
+    const [bare, us] = (await sideBySide([side("floor", floor), side("ours", ours), ...(adapter ? [side("adapter", adapter)] : [])], 32)) as [Figures, Figures];
+    const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
+    const extraP99 = percentile(us.latencies, 0.99) - percentile(bare.latencies, 0.99);
+    judge(`${runtime} album: ours/floor req/s ${f3(ratio)} (target >= 0.9); p99 over the floor ${f3(extraP99)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP99 <= 1);
+  } finally {
+    await Promise.all([floor.stop(2_000), ours.stop(2_000), adapter?.stop(2_000)]);
+  }
+}
+
+// --- 2. inference --------------------------------------------------------------------------------
+function post(socketPath: string, path: string, body: object): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const data = JSON.stringify(body);
+    const call = httpRequest({ socketPath, path, method: "POST", agent: false, headers: { "content-type": "application/json", "content-length": Buffer.byteLength(data) } }, (response) => {
+      let text = "";
+      response.setEncoding("utf8");
+      response.on("data", (chunk: string) => (text += chunk));
+      response.on("end", () => resolve({ status: response.statusCode ?? 0, text }));
+      response.on("error", reject);
+    });
+    call.on("error", reject);
+    call.end(data);
+  });
+}
+
+async function runnerSocket(stack: Stack): Promise<string> {
+  const files = await readdir(join(stack.dir, "run"));
+  const socket = files.find((f) => f.includes("-completion-") && f.endsWith(".sock"));
+  if (!socket) throw new Error("no completion runner loaded");
+  return join(stack.dir, "run", socket);
+}
+
+async function loadedRunner(stack: Stack, settings: object): Promise<string> {
+  await post(stack.socket, "/engines/unload", { all: true });
+  await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 0, "the runners unloaded");
+  await post(stack.socket, "/engines/_configure", { model: "ai/tiny", ...settings });
+  const first = await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 });
+  if (first.status !== 200) throw new Error(`first completion: ${first.status} ${first.text}`);
+  return runnerSocket(stack);
+}
+
+const COMPLETION = JSON.stringify({ model: "ai/tiny", prompt: "hi", max_tokens: 1 });
+
+async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
+  // Three clients share the runner; llama-server serves each keep-alive connection on one HTTP thread.
+  const runner = await loadedRunner(stack, { "runtime-flags": ["--threads-http", "64"] });
+  const proxySocket = join(stack.dir, "floor.sock");
+  const floor = await startServer({
+    runtime,
+    entry: "bench/runtimes/floor.ts",
+    runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]),
+    env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: proxySocket },
+  });
+  const adapterSocket = join(stack.dir, "adapter.sock");
+  const adapter = steps
+    ? await startServer({ runtime, entry: "bench/runtimes/adapter-proxy.ts", runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]), env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: adapterSocket } })
+    : undefined;
+  try {
+    console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
+    const [bare, us] = (await sideBySide(
+      [
+        { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid },
+        { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid },
+        ...(adapter ? [{ name: "adapter", url: "http://localhost/v1/completions", socketPath: adapterSocket, body: COMPLETION, pid: adapter.pid }] : []),
+      ],
+      16,
+    )) as [Figures, Figures];
+    const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
+    const extraP50 = percentile(us.latencies, 0.5) - percentile(bare.latencies, 0.5);
+    judge(`${runtime} completions: ours/floor req/s ${f3(ratio)} (target >= 0.9); p50 over the floor ${f3(extraP50)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP50 <= 1);
+  } finally {
+    await Promise.all([floor.stop(2_000), adapter?.stop(2_000)]);
+  }
+}
+
+// --- 3. streams ----------------------------------------------------------------------------------
+const STREAM = { model: "ai/tiny", prompt: "Once", max_tokens: 128, ignore_eos: true, stream: true };
+
+async function streamMs(socketPath: string, path: string): Promise<number> {
+  const began = performance.now();
+  const { status, text } = await post(socketPath, path, STREAM);
+  if (status !== 200 || !text.includes("[DONE]")) throw new Error(`stream via ${path}: ${status} ${text.slice(0, 200)}`);
+  return performance.now() - began;
+}
+
+async function streams(runtime: RuntimeName, stack: Stack): Promise<void> {
+  // One slot: the model's whole context (512 tokens) for the 128 generated ones.
+  const runner = await loadedRunner(stack, { slots: 1 });
+  const times = { direct: [] as number[], ours: [] as number[] };
+  const sides = [
+    () => streamMs(runner, "/v1/completions").then((t) => times.direct.push(t)),
+    () => streamMs(stack.socket, `${P}/v1/completions`).then((t) => times.ours.push(t)),
+  ];
+  await sides[0]!();
+  await sides[1]!();
+  times.direct.length = times.ours.length = 0;
+  for (let round = 0; round < streamsPerSide; round++) {
+    for (const side of round % 2 ? [...sides].reverse() : sides) await side();
+  }
+  const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+  const ratio = sum(times.ours) / sum(times.direct);
+  console.log(`${runtime}: ${streamsPerSide} streams of 128 tokens a side: direct ${(sum(times.direct) / streamsPerSide).toFixed(1)} ms, ours ${(sum(times.ours) / streamsPerSide).toFixed(1)} ms each`);
+  judge(`${runtime} streams: ours/direct time ${f3(ratio)} (target <= 1.05)`, ratio <= 1.05);
+}
+
+// --- 4. memory -----------------------------------------------------------------------------------
+const rssMiB = async (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(await readFile(`/proc/${pid}/status`, "utf8"))?.[1]) / 1024;
+
+async function idleRss(runtime: RuntimeName, entry?: string): Promise<number> {
+  const dir = await mkdtemp(join(tmpdir(), "llamadock-rss-"));
+  const registry = { host: "127.0.0.1:9" } as Parameters<typeof startRunnerService>[2]; // never called
+  const server = await startRunnerService(runtime, dir, registry, {}, entry);
+  try {
+    const url = addressOf(server, /model runner service listening on (http:\/\/[\d.]+:\d+)/);
+    await (await fetch(`${url}/models`)).arrayBuffer();
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    return await rssMiB(server.pid);
+  } finally {
+    await server.stop(5_000);
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** The idle model runner's RSS; on Node, as bundled by `npm run bundle` (judged) and as TypeScript. */
+async function idleMemory(runtime: RuntimeName): Promise<void> {
+  if (runtime !== "node") return void console.log(`  ${runtime} idle model runner: RSS ${(await idleRss(runtime)).toFixed(1)} MiB`);
+  await new Promise((resolve, reject) => spawn("npm", ["run", "-s", "bundle"], { stdio: "inherit" }).once("close", (code) => (code === 0 ? resolve(code) : reject(new Error(`bundle: ${code}`)))));
+  console.log(`  node idle model runner from src/index.ts: RSS ${(await idleRss(runtime)).toFixed(1)} MiB`);
+  const rss = await idleRss(runtime, "dist/node/index.js");
+  judge(`node idle model runner, bundled: RSS ${rss.toFixed(1)} MiB (target < 80)`, rss < 80);
+}
+
+const load1 = async () => (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
+console.log(`load average at the start: ${await load1()}`);
+const upstream = parts.has("album") ? await startServer({ runtime: "bun", entry: "bench/album/upstream.ts" }) : undefined;
+try {
+  for (const runtime of runtimes) {
+    if (parts.has("memory")) await idleMemory(runtime);
+    if (upstream) await album(runtime, addressOf(upstream));
+    if (!parts.has("inference") && !parts.has("streams")) continue;
+    const stack = await startStack({ runtime, models: ["ai/tiny"], env: { INFERENCE_SLOTS: "4" }, entry: entryOf(runtime) });
+    try {
+      if (parts.has("inference")) await inference(runtime, stack);
+      if (parts.has("streams")) await streams(runtime, stack);
+    } catch (error) {
+      console.log(`${runtime}: the server's last output:\n${stack.server.output().slice(-2000)}`);
+      throw error;
+    } finally {
+      await stack.stop();
+    }
+  }
+} finally {
+  await upstream?.stop(2_000);
+}
+console.log(`load average at the end: ${await load1()}`);
+console.log("summary");
+for (const { line, met } of summary) console.log(`  ${met ? "met   " : "MISSED"} ${line}`);
+process.exitCode = summary.every((s) => s.met) ? 0 : 1;

@@ -1,0 +1,113 @@
+/// <reference types="bun-types" />
+import { Agent, request as httpRequest, createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { Pool } from "undici";
+
+// The floors of bench:runtimes: the least proxy each runtime can be, written the way that runtime
+// does it fastest, and exactly-once like ours (never a second call on a reset reused connection).
+// Run as FLOOR=album (TCP in, the photo service at PHOTOS_API_BASE_URL out: fetch the photos, wrap
+// them) or FLOOR=inference (PROXY_SOCKET in, RUNNER_UPSTREAM_SOCKET out, the body passed as it is).
+// - Node: node:http and an undici Pool (keep-alive; undici never resends a request);
+// - Deno: Deno.serve and, for the album, Deno's fetch keeping no idle connection (its fetch and its
+//   node:http client both resend on a reset reused connection); for inference node:http's client
+//   with a keep-alive Agent (Deno's fetch cannot send a path over a Unix socket);
+// - Bun: Bun.serve and fetch, without keep-alive for the album (Bun's fetch resends on a reset
+//   reused connection), and for inference the bare proxy of bench:inference.
+
+type DenoServe = (options: Record<string, unknown>, handler: (request: Request) => Response | Promise<Response>) => unknown;
+declare const Deno: { serve: DenoServe; createHttpClient(options: { poolMaxIdlePerHost: number }): unknown } | undefined;
+
+const kind = process.env.FLOOR ?? "album";
+const base = process.env.PHOTOS_API_BASE_URL ?? "";
+const runner = process.env.RUNNER_UPSTREAM_SOCKET ?? "";
+const listenPath = process.env.PROXY_SOCKET ?? "";
+const runtime = "Bun" in globalThis ? "bun" : "Deno" in globalThis ? "deno" : "node";
+
+const albumIdOf = (url: string) => url.slice(url.lastIndexOf("/") + 1);
+const wrap = (albumId: string, photosText: string) => `{"albumId":${Number(albumId)},"photos":${JSON.stringify(JSON.parse(photosText))}}`;
+
+function readAll(stream: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+    stream.on("end", () => resolve(Buffer.concat(chunks)));
+    stream.on("error", reject);
+  });
+}
+
+function announce(address: string): void {
+  console.log(`${kind} floor (${runtime}) listening on ${address}`);
+}
+
+function nodeListen(handler: (req: IncomingMessage, res: ServerResponse) => void): void {
+  const server = createServer({ keepAliveTimeout: 5_000 }, handler);
+  if (kind === "album") server.listen(0, "127.0.0.1", () => announce(`http://127.0.0.1:${(server.address() as { port: number }).port}`));
+  else server.listen(listenPath, () => announce(`unix:${listenPath}`));
+}
+
+function nodeFloor(): void {
+  const pool = kind === "album" ? new Pool(base, { connections: 64 }) : new Pool("http://runner", { socketPath: runner, connections: 64 });
+  nodeListen(async (req, res) => {
+    try {
+      if (kind === "album") {
+        const albumId = albumIdOf(req.url ?? "");
+        const upstream = await pool.request({ path: `/albums/${albumId}/photos`, method: "GET", headers: { accept: "application/json" } });
+        res.writeHead(200, { "content-type": "application/json" }).end(wrap(albumId, await upstream.body.text()));
+      } else {
+        const body = await readAll(req);
+        const upstream = await pool.request({ path: req.url ?? "/", method: "POST", headers: { "content-type": "application/json" }, body });
+        res.writeHead(upstream.statusCode, { "content-type": "application/json" });
+        for await (const chunk of upstream.body) res.write(chunk);
+        res.end();
+      }
+    } catch (error) {
+      res.writeHead(502).end(String(error));
+    }
+  });
+}
+
+function nodeClientCall(options: Record<string, unknown>, body?: Uint8Array): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const call = httpRequest(options, resolve);
+    call.on("error", reject);
+    call.end(body);
+  });
+}
+
+function denoFloor(serve: DenoServe): void {
+  const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  const client = Deno!.createHttpClient({ poolMaxIdlePerHost: 0 });
+  const handler = async (request: Request): Promise<Response> => {
+    if (kind === "album") {
+      const albumId = albumIdOf(request.url);
+      const upstream = await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, client } as RequestInit);
+      return new Response(wrap(albumId, await upstream.text()), { headers: { "content-type": "application/json" } });
+    }
+    const body = new Uint8Array(await request.arrayBuffer());
+    const path = new URL(request.url).pathname;
+    const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path, headers: { "content-type": "application/json", "content-length": String(body.length) } }, body);
+    return new Response((await readAll(upstream)) as unknown as BodyInit, { status: upstream.statusCode, headers: { "content-type": "application/json" } });
+  };
+  if (kind === "album") serve({ hostname: "127.0.0.1", port: 0, onListen: ({ port }: { port: number }) => announce(`http://127.0.0.1:${port}`) }, handler);
+  else serve({ path: listenPath, onListen: () => announce(`unix:${listenPath}`) }, handler);
+}
+
+function bunFloor(): void {
+  const server = Bun.serve({
+    ...(kind === "album" ? { hostname: "127.0.0.1", port: 0 } : { unix: listenPath }),
+    idleTimeout: 0,
+    async fetch(request: Request) {
+      if (kind === "album") {
+        const albumId = albumIdOf(request.url);
+        const upstream = await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, keepalive: false });
+        return new Response(wrap(albumId, await upstream.text()), { headers: { "content-type": "application/json" } });
+      }
+      const path = new URL(request.url).pathname;
+      return fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: await request.arrayBuffer(), unix: runner } as RequestInit);
+    },
+  } as unknown as Parameters<typeof Bun.serve>[0]);
+  announce(kind === "album" ? `http://127.0.0.1:${server.port}` : `unix:${listenPath}`);
+}
+
+if (runtime === "bun") bunFloor();
+else if (runtime === "deno") denoFloor(Deno!.serve);
+else nodeFloor();
