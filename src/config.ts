@@ -1,8 +1,9 @@
 import { readFileSync } from "node:fs";
 import { availableParallelism, homedir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
+import { KeyFileError, parseKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
@@ -73,6 +74,13 @@ const Settings = z.object({
   OLLAMA_ORIGINS: z.string().optional(),
   API_KEYS: z.string().optional(),
   API_KEYS_FILE: z.string().min(1).optional(),
+  // Each key's limits unless its line in API_KEYS_FILE gives its own (0: none): requests at once,
+  // requests and tokens in any minute.
+  KEY_MAX_IN_FLIGHT: z.coerce.number().int().nonnegative().default(0),
+  KEY_REQUESTS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
+  KEY_TOKENS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
+  // Usage per key, model and day, kept across restarts; default: usage.json beside INFERENCE_SETTINGS_PATH.
+  USAGE_PATH: z.string().min(1).optional(),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
@@ -212,6 +220,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       logDir: s.INFERENCE_LOG_DIR,
       logsKept: s.INFERENCE_LOGS_KEPT,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
+      usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },
   };
@@ -222,8 +231,11 @@ function list(value: string | undefined): string[] {
 }
 
 function security(s: z.infer<typeof Settings>) {
-  const apiKeys = [...list(s.API_KEYS), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
+  const keyEntries = [...list(s.API_KEYS).map((key): KeyEntry => ({ key, name: unnamed(key), admin: false, limits: {} })), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
+  const apiKeys = keyEntries.map((e) => e.key);
   return {
+    keyEntries,
+    keyDefaults: { inFlight: s.KEY_MAX_IN_FLIGHT, requestsPerMinute: s.KEY_REQUESTS_PER_MINUTE, tokensPerMinute: s.KEY_TOKENS_PER_MINUTE },
     allowedHosts: s.ALLOWED_HOSTS,
     allowedOrigins: [...DEFAULT_ORIGINS, ...list(s.ALLOWED_ORIGINS), ...list(s.DMR_ORIGINS), ...list(s.OLLAMA_ORIGINS)],
     apiKeys,
@@ -232,11 +244,19 @@ function security(s: z.infer<typeof Settings>) {
   };
 }
 
-function keysFile(path: string): string[] {
+/** The key file: a key a line, with its name and limits (see src/keys/keyring.ts). */
+function keysFile(path: string): KeyEntry[] {
+  let text: string;
   try {
-    return readFileSync(path, "utf8").split("\n").map((line) => line.trim()).filter((line) => line && !line.startsWith("#"));
+    text = readFileSync(path, "utf8");
   } catch (error) {
     throw new ConfigError(`cannot read API_KEYS_FILE ${path}: ${(error as Error).message}`);
+  }
+  try {
+    return parseKeyFile(text);
+  } catch (error) {
+    if (error instanceof KeyFileError) throw new ConfigError(`API_KEYS_FILE ${path}: ${error.message}`);
+    throw error;
   }
 }
 

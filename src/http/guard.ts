@@ -61,10 +61,16 @@ export const DEFAULT_ORIGINS = [
 
 const forbidden = (code: string, message: string) => errorResponse(403, "permission_error", code, message);
 
+/** Requests that came on a trusted listener (the Unix socket): their peer may do anything. */
+const trustedRequests = new WeakSet<Request>();
+export const cameTrusted = (request: Request) => trustedRequests.has(request);
+
 /** Wraps `handler` with the checks its listener needs. */
 export function guard(handler: FetchHandler, target: ListenTarget, policy: GuardPolicy): FetchHandler {
   const refusal = refuser(target, policy);
+  const trusted = target.kind === "unix";
   return (request) => {
+    if (trusted) trustedRequests.add(request);
     const origin = request.headers.get("origin");
     const refused = refusal(request, origin);
     if (refused) return refused;
