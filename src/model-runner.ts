@@ -4,7 +4,8 @@ import { logRoutes } from "./inference/logs.ts";
 import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { requestErrorReporter } from "./http/request-errors.ts";
-import { callerScope } from "./http/guard.ts";
+import { callerScope, cameTrusted } from "./http/guard.ts";
+import { createKeyring } from "./keys/keyring.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
@@ -44,7 +45,9 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     log: (line) => console.log(line),
   });
   const drain = createDrain();
-  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
+  // Whom each request speaks for, by its key's name (see src/keys/keyring.ts).
+  const keyring = createKeyring(config.security.keyEntries, config.security.keyDefaults, cameTrusted);
+  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits, identify: keyring.identify });
   // A request's work that fails with an error of ours is logged with the request and counted.
   const report = requestErrorReporter(() => inference.deps.metrics.countRequestError());
   const fetch = globalThis.fetch.bind(globalThis);
