@@ -330,7 +330,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
           return await withRunner(model, mode, signal, wish, (runner) => {
             // A pinned runner never expires: a request's keep_alive does not apply to it.
             if (!pinned.has(runner.options.key)) runner.keepFor(wish.keepAlive ?? runner.options.keepAlive);
-            return runner.acquire(signal);
+            return runner.acquire(signal, { caller: wish.caller ?? "", lane: wish.lane ?? "interactive" });
           });
         } catch (error) {
           if (!(error instanceof RunnerGone)) throw error;
