@@ -81,6 +81,8 @@ const Settings = z.object({
   KEY_TOKENS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
   // Usage per key, model and day, kept across restarts; default: usage.json beside INFERENCE_SETTINGS_PATH.
   USAGE_PATH: z.string().min(1).optional(),
+  // OpenAI's Files and Batch API: uploaded files, batches and their results; default: batches/ beside INFERENCE_SETTINGS_PATH.
+  BATCHES_PATH: z.string().min(1).optional(),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
@@ -221,6 +223,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       logsKept: s.INFERENCE_LOGS_KEPT,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
+      batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },
   };

@@ -6,6 +6,7 @@ import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
+import type { Lane } from "../scheduler/types.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import type { MediaInliner } from "./media/fetch.ts";
@@ -90,6 +91,10 @@ export type InferOptions = {
   contextSize?: number;
   /** Told when the runner's slot is granted (the time before it is the load). */
   leased?: () => void;
+  /** Whom the request is for, when not its own key's (a batch's line: its owner's). */
+  caller?: Caller;
+  /** `batch`: served in the runners' batch lane (see src/scheduler/fair-queue.ts). */
+  lane?: Lane;
   /**
    * The body as a dialect rewrote it (the client's was read and translated already): encoded once
    * and checked as any body, instead of read from `request`, whose signal and headers still count.
@@ -102,7 +107,7 @@ export type InferOptions = {
  * need be) in its key's turn, forwarded. However it ends, it is counted once for its key and model.
  */
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
-  const caller = deps.identify?.(request) ?? LOCAL_CALLER;
+  const caller = options.caller ?? deps.identify?.(request) ?? LOCAL_CALLER;
   const account: Account = { model: "" };
   try {
     const response = await inferFor(caller, account, deps, endpoint, request, options);
@@ -148,7 +153,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   let lease: Lease;
   try {
     const { keepAlive, contextSize } = options;
-    const wish = { caller: caller.name, ...(keepAlive ? { keepAlive } : {}), ...(contextSize ? { contextSize } : {}) };
+    const wish = { caller: caller.name, lane: options.lane ?? "interactive", ...(keepAlive ? { keepAlive } : {}), ...(contextSize ? { contextSize } : {}) };
     lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, wish);
   } catch (error) {
     if (request.signal.aborted) throw clientGone();

@@ -4,7 +4,8 @@ import type { Lane } from "./types.ts";
 // callers with a request waiting, the one served least recently goes next, each caller's own
 // requests in the order they came. So a key that sends a hundred requests at once does not push
 // another key's one request behind them: that one waits for at most one grant per other caller.
-// Batch requests wait in a lane of their own, served only while no interactive request waits.
+// Batch requests wait in a lane of their own, served only while no interactive request waits, and
+// never take a runner's last free place (but on an idle runner): it is kept for interactive ones.
 //
 // While more than one caller has used the runner lately (`shared`):
 // - a caller that holds a place already never takes the last free one: it is kept for the others,
@@ -28,8 +29,9 @@ export class FairQueue<T> {
   private grants = 0;
   /** Caller -> when it last asked. */
   private readonly seen = new Map<string, number>();
-  /** Caller -> places it holds (granted, not yet released). */
+  /** Caller -> places it holds (granted, not yet released); all of them. */
   private readonly held = new Map<string, number>();
+  private holding = 0;
   #length = 0;
 
   private readonly now: () => number;
@@ -81,24 +83,27 @@ export class FairQueue<T> {
     return this.#length === 0 || (lane === "interactive" && this.nextLane() === "batch");
   }
 
-  /** Whether `caller` may take one of `free` places (see the rules above). */
-  private mayTake(caller: string, free: number): boolean {
+  /** Whether `caller` may take one of `free` places in `lane` (see the rules above; batch never takes the last but on an idle runner). */
+  private mayTake(caller: string, free: number, lane: Lane): boolean {
+    if (lane === "batch") return free > 1 || (free === 1 && this.holding === 0);
     return free > 1 || (free === 1 && ((this.held.get(caller) ?? 0) === 0 || !this.shared()));
   }
 
   private hold(caller: string): void {
     this.held.set(caller, (this.held.get(caller) ?? 0) + 1);
+    this.holding++;
   }
 
   /** A request that comes, granted at once (its place held) if it is next and may take one of `free` places. */
   takesNow({ caller, lane }: Turn, free: number): boolean {
-    if (!this.wouldBeNext(lane) || !this.mayTake(caller, free)) return false;
+    if (!this.wouldBeNext(lane) || !this.mayTake(caller, free, lane)) return false;
     this.hold(caller);
     return true;
   }
 
   /** A place of `caller` was given back. */
   release(caller: string): void {
+    this.holding--;
     const left = (this.held.get(caller) ?? 1) - 1;
     if (left > 0) this.held.set(caller, left);
     else this.held.delete(caller);
@@ -114,7 +119,7 @@ export class FairQueue<T> {
     const lines = this.lanes[lane];
     let pick: string | undefined;
     for (const caller of lines.keys()) {
-      if (!this.mayTake(caller, free)) continue;
+      if (!this.mayTake(caller, free, lane)) continue;
       if (pick === undefined || (this.served.get(caller) ?? -1) < (this.served.get(pick) ?? -1)) pick = caller;
     }
     if (pick === undefined) return undefined;

@@ -6,14 +6,19 @@ import { FairQueue, SHARED_WINDOW_MS, type Turn } from "../../src/scheduler/fair
 
 const turn = (item: string): Turn => ({ caller: item.split(":")[0]!, lane: item.endsWith("!") ? "batch" : "interactive" });
 
-/** Pushes `before`, shifts `grants` items, pushes `after`, then shifts to the end. */
+/** Pushes `before`, grants `grants` items, pushes `after`, then grants to the end (one place: each grant ends before the next). */
 function served(before: string[], grants = 0, after: string[] = []): string[] {
   const queue = new FairQueue<string>();
   const out: string[] = [];
+  const grant = () => {
+    const item = queue.shift(1);
+    if (item !== undefined) queue.release(turn(item).caller);
+    return item;
+  };
   for (const item of before) queue.push(item, turn(item));
-  for (let i = 0; i < grants; i++) out.push(queue.shift()!);
+  for (let i = 0; i < grants; i++) out.push(grant()!);
   for (const item of after) queue.push(item, turn(item));
-  for (let item = queue.shift(); item !== undefined; item = queue.shift()) out.push(item);
+  for (let item = grant(); item !== undefined; item = grant()) out.push(item);
   expect(queue.length).toBe(0);
   return out;
 }
@@ -70,5 +75,47 @@ describe("the fair queue", () => {
     now = 5_000 + SHARED_WINDOW_MS + 1; // a's last request is older than the window
     queue.note("b");
     expect(queue.shared()).toBe(false);
+  });
+
+  describe("places kept for others", () => {
+    const shared = () => {
+      const queue = new FairQueue<string>(() => 0);
+      queue.note("flood");
+      queue.note("calm");
+      return queue;
+    };
+
+    it.each([
+      // who asks, lane, places free, places the flood holds, interactive request taken?
+      ["calm, its first place, the last one free", "calm", "interactive", 1, 1, true],
+      ["the flood, holding one, the last one free", "flood", "interactive", 1, 1, false],
+      ["the flood, holding one, two free", "flood", "interactive", 2, 1, true],
+      ["batch, the last one free on a busy runner", "flood", "batch", 1, 1, false],
+      ["batch, two free", "flood", "batch", 2, 1, true],
+      ["batch, the only one free on an idle runner", "flood", "batch", 1, 0, true],
+      ["nobody, with no place free", "calm", "interactive", 0, 1, false],
+    ])("%s", (_story, caller, lane, free, floodHolds, taken) => {
+      const queue = shared();
+      for (let i = 0; i < (floodHolds as number); i++) expect(queue.takesNow({ caller: "flood", lane: "interactive" }, 9)).toBe(true);
+      expect(queue.takesNow({ caller: caller as string, lane: lane as "interactive" | "batch" }, free as number)).toBe(taken);
+    });
+
+    it("shift passes over a caller that may not take the last place, and serves the next", () => {
+      const queue = shared();
+      expect(queue.takesNow({ caller: "flood", lane: "interactive" }, 2)).toBe(true);
+      queue.push("flood:2", turn("flood:2"));
+      queue.push("calm:1", turn("calm:1"));
+      expect(queue.shift(1)).toBe("calm:1");
+      expect(queue.shift(0)).toBeUndefined();
+      queue.release("flood");
+      queue.release("calm");
+      expect(queue.shift(2)).toBe("flood:2");
+    });
+
+    it("alone on a runner, a caller takes every place", () => {
+      const queue = new FairQueue<string>(() => 0);
+      queue.note("flood");
+      expect([queue.takesNow(turn("flood:1"), 2), queue.takesNow(turn("flood:2"), 1)]).toEqual([true, true]);
+    });
   });
 });
