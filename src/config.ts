@@ -1,9 +1,8 @@
-import { readFileSync } from "node:fs";
 import { availableParallelism, homedir } from "node:os";
 import { dirname, join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
-import { KeyFileError, parseKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
+import { KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
@@ -74,14 +73,12 @@ const Settings = z.object({
   OLLAMA_ORIGINS: z.string().optional(),
   API_KEYS: z.string().optional(),
   API_KEYS_FILE: z.string().min(1).optional(),
-  // Each key's limits unless its line in API_KEYS_FILE gives its own (0: none): requests at once,
-  // requests and tokens in any minute.
+  // Each key's limits (0: none) unless its line in API_KEYS_FILE sets its own: at once, per minute.
   KEY_MAX_IN_FLIGHT: z.coerce.number().int().nonnegative().default(0),
   KEY_REQUESTS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
   KEY_TOKENS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
-  // Usage per key, model and day, kept across restarts; default: usage.json beside INFERENCE_SETTINGS_PATH.
+  // Usage per key, model and day, and batches with their files, kept across restarts (default: beside INFERENCE_SETTINGS_PATH).
   USAGE_PATH: z.string().min(1).optional(),
-  // OpenAI's Files and Batch API: uploaded files, batches and their results; default: batches/ beside INFERENCE_SETTINGS_PATH.
   BATCHES_PATH: z.string().min(1).optional(),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
@@ -249,17 +246,10 @@ function security(s: z.infer<typeof Settings>) {
 
 /** The key file: a key a line, with its name and limits (see src/keys/keyring.ts). */
 function keysFile(path: string): KeyEntry[] {
-  let text: string;
   try {
-    text = readFileSync(path, "utf8");
+    return readKeyFile(path);
   } catch (error) {
-    throw new ConfigError(`cannot read API_KEYS_FILE ${path}: ${(error as Error).message}`);
-  }
-  try {
-    return parseKeyFile(text);
-  } catch (error) {
-    if (error instanceof KeyFileError) throw new ConfigError(`API_KEYS_FILE ${path}: ${error.message}`);
-    throw error;
+    throw new ConfigError(`${error instanceof KeyFileError ? "" : "cannot read "}API_KEYS_FILE ${path}: ${(error as Error).message}`);
   }
 }
 

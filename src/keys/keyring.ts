@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 
 // Named keys: who a request speaks for, by name. A line of API_KEYS_FILE is a key, then optional
 // words: `name=alice`, `admin`, and the key's own limits (`in_flight=4`, `rpm=60`, `tpm=20000`).
@@ -58,6 +59,9 @@ export function parseKeyFile(text: string): KeyEntry[] {
   }
   return entries;
 }
+
+/** The entries of the key file at `path` (a file that cannot be read throws the read's error). */
+export const readKeyFile = (path: string): KeyEntry[] => parseKeyFile(readFileSync(path, "utf8"));
 
 export type Keyring = {
   /** Whom `request` speaks for (the guard has already checked its key). */
