@@ -128,16 +128,18 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
     running.set(batch.id, job);
   }
 
+  /** The batches kept, read once at start (those not finished resumed); every lookup waits for it. */
+  const loaded = (async () => {
+    await mkdir(dir, { recursive: true });
+    for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
+      const batch = JSON.parse(await readFile(join(dir, name), "utf8")) as Batch;
+      batches.set(batch.id, batch);
+      start(batch);
+    }
+  })();
+  loaded.catch((error: Error) => console.error(`batches: cannot resume (${error.message})`));
+
   return {
-    /** Reads the batches kept and resumes those not finished. */
-    async resume(): Promise<void> {
-      await mkdir(dir, { recursive: true });
-      for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
-        const batch = JSON.parse(await readFile(join(dir, name), "utf8")) as Batch;
-        batches.set(batch.id, batch);
-        start(batch);
-      }
-    },
     async create(owner: string, fields: { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null }): Promise<Batch> {
       const created = now();
       const batch: Batch = {
@@ -160,14 +162,14 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
         request_counts: { total: 0, completed: 0, failed: 0 },
         owner,
       };
-      await mkdir(dir, { recursive: true });
+      await loaded;
       await save(batch);
       batches.set(batch.id, batch);
       start(batch);
       return batch;
     },
-    get: (id: string) => batches.get(id),
-    list: () => [...batches.values()].sort((a, b) => b.created_at - a.created_at),
+    get: async (id: string) => (await loaded, batches.get(id)),
+    list: async () => (await loaded, [...batches.values()].sort((a, b) => b.created_at - a.created_at)),
     /** Lines running finish; no other starts; then the batch is `cancelled` with what it has. */
     async cancel(batch: Batch): Promise<Batch> {
       if (batch.status !== "validating" && batch.status !== "in_progress") return batch;

@@ -6,12 +6,11 @@ import { createFileStore } from "./files.ts";
 import { batchRoutes } from "./routes.ts";
 import { lineRunner } from "./run.ts";
 
-// Batches wired: files and batches kept under one folder, lines run through inference, the
-// batches a previous run left unfinished resumed at start.
+// Batches wired: files and batches kept under one folder, lines run through inference (the
+// batches a previous run left unfinished resume at start).
 
 export function openBatches(dir: string, deps: InferenceDeps, identify: (request: Request) => Caller) {
   const files = createFileStore(join(dir, "files"));
   const batches = createBatches(join(dir, "batches"), files, lineRunner(deps));
-  void batches.resume().catch((error: Error) => console.error(`batches: cannot resume (${error.message})`));
   return { routes: batchRoutes(files, batches, identify), stop: (graceMs: number) => batches.stop(graceMs) };
 }

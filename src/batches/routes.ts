@@ -33,8 +33,8 @@ export function batchRoutes(files: FileStore, batches: Batches, identify: (reque
     if (!found || !mine(request, found.owner)) throw new HttpError(404, "not_found_error", "file_not_found", `no file with id "${String(request.params.id)}"`);
     return found;
   };
-  const batch = (request: IRequest): Batch => {
-    const found = batches.get(String(request.params.id));
+  const batch = async (request: IRequest): Promise<Batch> => {
+    const found = await batches.get(String(request.params.id));
     if (!found || !mine(request, found.owner)) throw new HttpError(404, "not_found_error", "batch_not_found", `no batch with id "${String(request.params.id)}"`);
     return found;
   };
@@ -86,8 +86,8 @@ export function batchRoutes(files: FileStore, batches: Batches, identify: (reque
       },
     },
     { method: "POST", path: `${base}/batches`, handle: create },
-    { method: "GET", path: `${base}/batches`, handle: (request) => list(batches.list().filter((b) => mine(request, b.owner)).map(shownBatch)) },
-    { method: "GET", path: `${base}/batches/:id`, handle: (request) => Response.json(shownBatch(batch(request))) },
-    { method: "POST", path: `${base}/batches/:id/cancel`, handle: async (request) => Response.json(shownBatch(await batches.cancel(batch(request)))) },
+    { method: "GET", path: `${base}/batches`, handle: async (request) => list((await batches.list()).filter((b) => mine(request, b.owner)).map(shownBatch)) },
+    { method: "GET", path: `${base}/batches/:id`, handle: async (request) => Response.json(shownBatch(await batch(request))) },
+    { method: "POST", path: `${base}/batches/:id/cancel`, handle: async (request) => Response.json(shownBatch(await batches.cancel(await batch(request)))) },
   ]);
 }
