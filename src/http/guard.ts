@@ -37,7 +37,8 @@ const ALLOWED_HEADERS = [
   "x-request-id",
 ];
 const ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS";
-const EXPOSED_HEADERS = "retry-after, x-request-id, content-type, x-llamadock-overhead-ms";
+const EXPOSED_HEADERS =
+  "retry-after, x-request-id, content-type, x-llamadock-overhead-ms, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens";
 const PREFLIGHT_MAX_AGE = "600";
 
 export const DEFAULT_ORIGINS = [
