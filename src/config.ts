@@ -1,8 +1,8 @@
-import { readFileSync } from "node:fs";
 import { availableParallelism, homedir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
+import { KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
@@ -42,10 +42,7 @@ const credentialList = z.string().transform((value, context) => {
 });
 
 const Settings = z.object({
-  SERVICES: z
-    .string()
-    .default("album,runner")
-    .transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean))
+  SERVICES: z.string().default("album,runner").transform((value) => list(value))
     .pipe(z.array(z.enum(["album", "runner"])).min(1)),
   ALBUM_HOST: z.string().min(1).default("127.0.0.1"),
   ALBUM_PORT: port.default(8080),
@@ -73,6 +70,13 @@ const Settings = z.object({
   OLLAMA_ORIGINS: z.string().optional(),
   API_KEYS: z.string().optional(),
   API_KEYS_FILE: z.string().min(1).optional(),
+  // Each key's limits (0: none) unless its line in API_KEYS_FILE sets its own: at once, per minute.
+  KEY_MAX_IN_FLIGHT: z.coerce.number().int().nonnegative().default(0),
+  KEY_REQUESTS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
+  KEY_TOKENS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
+  // Usage per key, model and day, and batches with their files, kept across restarts (default: beside INFERENCE_SETTINGS_PATH).
+  USAGE_PATH: z.string().min(1).optional(),
+  BATCHES_PATH: z.string().min(1).optional(),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
@@ -127,8 +131,7 @@ const Settings = z.object({
   INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
   // Runner logs kept there (every load writes one): the oldest go as runners start; a live runner's stays.
   INFERENCE_LOGS_KEPT: z.coerce.number().int().min(1).default(20),
-  // How long one reading of the runners' /metrics and /slots serves every /metrics scrape (an open
-  // path: a tight scrape loop must not keep every runner answering); 0 reads them on each scrape.
+  // One reading of the runners' figures serves every /metrics scrape for this long (0: none kept).
   INFERENCE_METRICS_CACHE_MS: z.coerce.number().int().min(0).max(60_000).default(1_000),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
   // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
@@ -216,6 +219,8 @@ function toConfig(s: z.infer<typeof Settings>) {
       logsKept: s.INFERENCE_LOGS_KEPT,
       metricsCacheMs: s.INFERENCE_METRICS_CACHE_MS,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
+      usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
+      batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
     },
   };
@@ -226,8 +231,11 @@ function list(value: string | undefined): string[] {
 }
 
 function security(s: z.infer<typeof Settings>) {
-  const apiKeys = [...list(s.API_KEYS), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
+  const keyEntries = [...list(s.API_KEYS).map((key): KeyEntry => ({ key, name: unnamed(key), admin: false, limits: {} })), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
+  const apiKeys = keyEntries.map((e) => e.key);
   return {
+    keyEntries,
+    keyDefaults: { inFlight: s.KEY_MAX_IN_FLIGHT, requestsPerMinute: s.KEY_REQUESTS_PER_MINUTE, tokensPerMinute: s.KEY_TOKENS_PER_MINUTE },
     allowedHosts: s.ALLOWED_HOSTS,
     allowedOrigins: [...DEFAULT_ORIGINS, ...list(s.ALLOWED_ORIGINS), ...list(s.DMR_ORIGINS), ...list(s.OLLAMA_ORIGINS)],
     apiKeys,
@@ -236,11 +244,12 @@ function security(s: z.infer<typeof Settings>) {
   };
 }
 
-function keysFile(path: string): string[] {
+/** The key file: a key a line, with its name and limits (src/keys/keyring.ts). */
+function keysFile(path: string): KeyEntry[] {
   try {
-    return readFileSync(path, "utf8").split("\n").map((line) => line.trim()).filter((line) => line && !line.startsWith("#"));
+    return readKeyFile(path);
   } catch (error) {
-    throw new ConfigError(`cannot read API_KEYS_FILE ${path}: ${(error as Error).message}`);
+    throw new ConfigError(`${error instanceof KeyFileError ? "" : "cannot read "}API_KEYS_FILE ${path}: ${(error as Error).message}`);
   }
 }
 

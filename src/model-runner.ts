@@ -4,7 +4,9 @@ import { logRoutes } from "./inference/logs.ts";
 import { webRoutes } from "./web/routes.ts";
 import { routeTable, type Route } from "./http/router.ts";
 import { requestErrorReporter } from "./http/request-errors.ts";
-import { callerScope } from "./http/guard.ts";
+import { callerScope, cameTrusted } from "./http/guard.ts";
+import { createKeyring } from "./keys/keyring.ts";
+import { openBatches } from "./batches/index.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
@@ -47,7 +49,10 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     log: (line) => console.log(line),
   });
   const drain = createDrain();
-  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits });
+  // Whom each request speaks for, by its key's name (see src/keys/keyring.ts).
+  const keyring = createKeyring(config.security.keyEntries, config.security.keyDefaults, cameTrusted);
+  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits, identify: keyring.identify });
+  const batches = openBatches(config.inference.batchesPath, inference.deps, keyring.identify);
   // A request's work that fails with an error of ours is logged with the request and counted.
   const report = requestErrorReporter(() => inference.deps.metrics.countRequestError());
   const fetch = globalThis.fetch.bind(globalThis);
@@ -77,6 +82,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore), callerScope(config.security.apiKeys)),
     ...rerankRoutes(inference.deps),
+    ...batches.routes,
     ...ollamaRoutes({ inference: inference.deps, store, models, version: OLLAMA_API_VERSION }),
     ...inference.routes,
     ...logRoutes({ store, logDir: config.inference.logDir, ending: streamsEnd.signal }),
@@ -111,12 +117,15 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     handler: drain.wrap(routed, [...HEALTH_PATHS, "/metrics"]),
     targets,
     policy: config.security,
-    drain: (graceMs) => {
+    drain: async (graceMs) => {
       streamsEnd.abort();
+      // Batch lines running end first (none is cut short, to be run again); no other starts.
+      await batches.stop(graceMs);
       return drain.drain(graceMs, idle);
     },
     stop: async () => {
       pinned.stop();
+      await batches.stop(0);
       await inference.stop();
       await store.close();
     },

@@ -6,6 +6,7 @@ import { modelCommands } from "./models.ts";
 import { pushCommands } from "./push.ts";
 import { runCommand } from "./run.ts";
 import { serveCommand } from "./serve.ts";
+import { usageCommand } from "./usage.ts";
 
 // `llamadock`: the model runner's command, a client of its HTTP API (see client.ts), except for
 // `serve`, which starts the server. Exit status: 0 done, 1 failed, 130 interrupted.
@@ -27,6 +28,7 @@ export function buildProgram(): Command {
   pushCommands(program, clientFor);
   runCommand(program, clientFor);
   engineCommands(program, clientFor, version);
+  usageCommand(program, clientFor);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

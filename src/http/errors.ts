@@ -15,6 +15,7 @@ export type ErrorType =
   | "upstream_error"
   | "timeout_error"
   | "unavailable_error"
+  | "rate_limit_error"
   | "server_error";
 
 export class HttpError extends Error {

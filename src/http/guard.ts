@@ -37,7 +37,8 @@ const ALLOWED_HEADERS = [
   "x-request-id",
 ];
 const ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS";
-const EXPOSED_HEADERS = "retry-after, x-request-id, content-type, x-llamadock-overhead-ms";
+const EXPOSED_HEADERS =
+  "retry-after, x-request-id, content-type, x-llamadock-overhead-ms, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens";
 const PREFLIGHT_MAX_AGE = "600";
 
 export const DEFAULT_ORIGINS = [
@@ -61,10 +62,16 @@ export const DEFAULT_ORIGINS = [
 
 const forbidden = (code: string, message: string) => errorResponse(403, "permission_error", code, message);
 
+/** Requests that came on a trusted listener (the Unix socket): their peer may do anything. */
+const trustedRequests = new WeakSet<Request>();
+export const cameTrusted = (request: Request) => trustedRequests.has(request);
+
 /** Wraps `handler` with the checks its listener needs. */
 export function guard(handler: FetchHandler, target: ListenTarget, policy: GuardPolicy): FetchHandler {
   const refusal = refuser(target, policy);
+  const trusted = target.kind === "unix";
   return (request) => {
+    if (trusted) trustedRequests.add(request);
     const origin = request.headers.get("origin");
     const refused = refusal(request, origin);
     if (refused) return refused;

@@ -100,21 +100,27 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   }
   if (!upstream.body) {
     release();
+    timer?.end(upstream.ok, "");
     return new Response(null, init);
   }
   stamp(headers, forwarded, answeredAt - sentAt);
-  // The last chunks only: the stream itself is never buffered.
+  // The first chunk (Anthropic's counts the prompt there) and the last ones only: the stream itself
+  // is never buffered.
+  let head: Uint8Array | undefined;
   const tail: Uint8Array[] = [];
   const seen = (chunk: Uint8Array) => {
     lease.heard(chunk);
     if (!timer) return;
-    if (tail.length === 0) timer.firstByte();
+    if (!head) {
+      timer.firstByte();
+      head = chunk.subarray(0, TAIL_BYTES);
+    }
     tail.push(chunk);
     if (tail.length > 3) tail.shift();
   };
   const done = () => {
     release();
-    timer?.end(upstream.ok, tailText(tail));
+    timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
   };
   const relayed = relay(
     upstream.body,

@@ -16,6 +16,12 @@ import { engineRoutes } from "./engines.ts";
 import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 import { createMediaInliner } from "./media/fetch.ts";
+import { openLedger } from "../usage/ledger.ts";
+import { createMeter } from "../usage/meter.ts";
+import { usageFamilies } from "../usage/metrics.ts";
+import { usageRoutes } from "../usage/routes.ts";
+import { createLimiter } from "../keys/limits.ts";
+import { LOCAL_CALLER } from "../keys/keyring.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
@@ -30,10 +36,13 @@ export function createInference(
   config: Config["inference"],
   runtime: Runtime,
   store: ModelStore,
-  { admits }: Pick<InferenceDeps, "admits"> = {},
+  { admits, identify }: Pick<InferenceDeps, "admits" | "identify"> = {},
 ): Inference {
   const launcher = lazyLauncher(config, runtime);
-  const metrics = createMetrics();
+  // Usage per key and model, kept across restarts; each key's limits.
+  const ledger = openLedger(config.usagePath);
+  const limiter = createLimiter();
+  const metrics = createMetrics(() => usageFamilies(ledger, limiter));
   const settings = createSettingsStore(config.settingsPath);
   const scheduler = createScheduler({
     start: servingFiles(store, launcher.start),
@@ -64,9 +73,12 @@ export function createInference(
     bounds: config.bounds,
     ...(config.allowRemoteMedia ? { inlineMedia: createMediaInliner(REMOTE_MEDIA_LIMITS) } : {}),
     ...(admits ? { admits } : {}),
+    ...(identify ? { identify } : {}),
+    meter: createMeter(ledger, limiter),
   };
   const routes = [
     ...inferenceRoutes(deps),
+    ...usageRoutes(ledger, identify ?? (() => LOCAL_CALLER)),
     ...engineRoutes({
       store,
       scheduler,
@@ -77,7 +89,11 @@ export function createInference(
       diskUsage: () => diskUsage(store, launcher.binary),
     }),
   ];
-  return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
+  const stop = async () => {
+    await scheduler.stopAll();
+    await ledger.flush();
+  };
+  return { routes, deps, scheduler, settings, stop };
 }
 
 /**

@@ -44,7 +44,11 @@ const GAUGES: Record<string, [string, keyof ModelGauges]> = {
   kv_cache_usage_perc: ["KV-cache use, 0 to 1: tokens held by the slots at work over the context of all slots.", "kvUsage"],
 };
 
-export function createMetrics(): InferenceMetrics {
+/** A family of samples rendered as it is (`lines` are whole sample lines). */
+export type ExtraFamily = { name: string; type: string; help: string; lines: string[] };
+
+/** `extra`: further families read on each render (usage per key). */
+export function createMetrics(extra: () => ExtraFamily[] = () => []): InferenceMetrics {
   const counters = new Map<string, Sample>();
   const latency = createLatency();
   const add = (family: Family, labels: Labels, by = 1, suffix = "") => {
@@ -89,6 +93,7 @@ export function createMetrics(): InferenceMetrics {
       for (const [name, [type, help]] of Object.entries(FAMILIES)) families.set(name, { help, type, lines: [] });
       for (const s of samples) families.get(s.family)!.lines.push(`${s.family}${s.suffix}${formatLabels(s.labels)} ${s.value}`);
       addModelFamilies(families, modelGauges(runners, scraped, slots), latency);
+      for (const { name, type, help, lines } of extra()) families.set(name, { help, type, lines });
       for (const { model, mode, text } of scraped) mergeRunnerMetrics(families, text, { backend: "llama.cpp", model, mode });
       return renderFamilies(families);
     },
@@ -150,7 +155,7 @@ function renderFamilies(families: Families): string {
   return out.join("\n") + "\n";
 }
 
-function formatLabels(labels: Labels): string {
+export function formatLabels(labels: Labels): string {
   const pairs = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
   return pairs.length ? `{${pairs.join(",")}}` : "";
 }

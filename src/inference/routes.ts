@@ -6,6 +6,7 @@ import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
+import type { Lane } from "../scheduler/types.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import type { MediaInliner } from "./media/fetch.ts";
@@ -14,6 +15,8 @@ import { boundTokens, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 import { structuredRequest } from "./structured.ts";
+import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
+import { bothTimers, type Meter, type Ticket } from "../usage/meter.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -32,6 +35,10 @@ export type InferenceDeps = {
   inlineMedia?: MediaInliner;
   /** Whether the model is served here (a replica with pinned models refuses the others); default all. */
   admits?: (modelId: string) => boolean;
+  /** Whom a request speaks for (see src/keys/keyring.ts); default: everyone is `local`. */
+  identify?: (request: Request) => Caller;
+  /** Counts each request for its key and model, and holds it to the key's limits. */
+  meter?: Meter;
 };
 
 export const ENGINE = "llama.cpp";
@@ -84,6 +91,10 @@ export type InferOptions = {
   contextSize?: number;
   /** Told when the runner's slot is granted (the time before it is the load). */
   leased?: () => void;
+  /** Whom the request is for, when not its own key's (a batch's line: its owner's). */
+  caller?: Caller;
+  /** `batch`: served in the runners' batch lane (see src/scheduler/fair-queue.ts). */
+  lane?: Lane;
   /**
    * The body as a dialect rewrote it (the client's was read and translated already): encoded once
    * and checked as any body, instead of read from `request`, whose signal and headers still count.
@@ -91,13 +102,34 @@ export type InferOptions = {
   json?: unknown;
 };
 
-/** One inference request: checked, its runner leased (loaded if need be), forwarded. */
+/**
+ * One inference request: checked, admitted for its key (limits, usage), its runner leased (loaded if
+ * need be) in its key's turn, forwarded. However it ends, it is counted once for its key and model.
+ */
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
+  const caller = options.caller ?? deps.identify?.(request) ?? LOCAL_CALLER;
+  const account: Account = { model: "" };
+  try {
+    const response = await inferFor(caller, account, deps, endpoint, request, options);
+    for (const [name, value] of Object.entries(account.ticket?.headers ?? {})) response.headers.set(name, value);
+    return response;
+  } catch (error) {
+    if (account.ticket) account.ticket.fail();
+    else deps.meter?.refused(caller, account.model);
+    throw error;
+  }
+}
+
+/** Where a request is counted: the model it names (once known), its ticket once admitted. */
+type Account = { model: string; ticket?: Ticket };
+
+async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions): Promise<Response> {
   const startedAt = performance.now();
   const given = "json" in options;
   const read = given ? undefined : await readBody(request, deps.bodyLimit);
   const parsed = read ? parseJson(read) : options.json;
   const requested = requestedModel(endpoint, parsed);
+  account.model = requested;
   options.requestedAs?.(requested);
   const remoteMedia = policeBody(parsed, deps.bodyPolicy);
   // Schemas checked and a named tool_choice made one llama-server obeys, then the token ceiling:
@@ -108,6 +140,9 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   let body = read && json === parsed ? read : encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
+  const name = model.tags[0] ?? model.id;
+  account.model = name;
+  if (deps.meter) account.ticket = deps.meter.admit(caller, name);
   if (remoteMedia.length > 0) {
     // Fetched by us, not by llama-server (see media/fetch.ts), before a runner's slot is taken.
     if (!deps.inlineMedia) throw new HttpError(500, "server_error", "media_fetch_unavailable", "remote media are allowed but cannot be fetched here");
@@ -118,7 +153,8 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   let lease: Lease;
   try {
     const { keepAlive, contextSize } = options;
-    lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, { ...(keepAlive ? { keepAlive } : {}), ...(contextSize ? { contextSize } : {}) });
+    const wish = { caller: caller.name, lane: options.lane ?? "interactive", ...(keepAlive ? { keepAlive } : {}), ...(contextSize ? { contextSize } : {}) };
+    lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, wish);
   } catch (error) {
     if (request.signal.aborted) throw clientGone();
     // A delete that ran between the lookup above and the load took the model's file with it: to
@@ -130,8 +166,8 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   const waitedMs = performance.now() - waitFrom;
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
-  const name = model.tags[0] ?? model.id;
-  const timer = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
+  const timed = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
+  const timer = account.ticket ? bothTimers(timed, account.ticket.timer) : timed;
   const clock = { startedAt, waitedMs };
   const { bounds } = deps;
   return forward({ lease, model: name, path, body, request, stream, clock, bounds, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}), ...(timer ? { timer } : {}) });

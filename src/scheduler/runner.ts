@@ -5,12 +5,13 @@ import type { Estimate } from "./memory/estimate.ts";
 import { formatSize } from "../models/gguf.ts";
 import { watchRunner, type Watchdog, type WatchLimits } from "./watchdog.ts";
 import { createLease, type Lease } from "./lease.ts";
+import { FairQueue, type Turn } from "./fair-queue.ts";
 
 export type { Lease };
 
-// One llama-server for one (model, mode): its life as a state machine, its slots, its FIFO queue
-// and the leases it hands out. Only `enter` changes the state; callers read it and ask (`acquire`,
-// `stop`), never set it.
+// One llama-server for one (model, mode): its life as a state machine, its slots, its queue (fair
+// across callers: see fair-queue.ts) and the leases it hands out. Only `enter` changes the state;
+// callers read it and ask (`acquire`, `stop`), never set it.
 
 export type RunnerState = "loading" | "ready" | "draining" | "stopping" | "stopped";
 
@@ -43,10 +44,7 @@ export type RunnerOptions = {
   mode: Mode;
   spec: RunnerSpec;
   slots: number;
-  /**
-   * Requests handed to llama-server beyond its slots, to wait in its own queue (part of
-   * `queueDepth`): when a slot frees, llama-server starts the next at once.
-   */
+  /** Requests handed to llama-server beyond its slots, to wait in its queue (part of `queueDepth`). */
   ahead?: number;
   queueDepth: number;
   /** As configured ("5m", "0", "-1"); a request may ask for another (see `keepFor`). */
@@ -65,7 +63,7 @@ export type RunnerOptions = {
 /** How long a runner may take to answer a scrape before it is left out. */
 const SCRAPE_TIMEOUT_MS = 5_000;
 
-type Waiter = { grant(lease: Lease): void; fail(error: unknown): void };
+type Waiter = { caller: string; grant(lease: Lease): void; fail(error: unknown): void };
 
 export class Runner {
   readonly options: RunnerOptions;
@@ -74,7 +72,7 @@ export class Runner {
   #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
-  private readonly waiters: Waiter[] = [];
+  private readonly waiters = new FairQueue<Waiter>();
   private readonly loadAbort = new AbortController();
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
@@ -116,9 +114,9 @@ export class Runner {
     this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
   }
 
-  /** Requests at llama-server at once: its slots, and those waiting in its queue. */
-  private get inFlightCap(): number {
-    return this.options.slots + (this.options.ahead ?? 0);
+  /** Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts). */
+  private inFlightCap(lane: Turn["lane"] = "interactive"): number {
+    return this.options.slots + (lane === "batch" || this.waiters.shared() ? 0 : (this.options.ahead ?? 0));
   }
 
   get waiting(): number {
@@ -130,35 +128,35 @@ export class Runner {
     return this.state === "loading" || this.inUse > 0 || this.waiters.length > 0;
   }
 
-  /** A slot, now or in FIFO order; 503 at once when the queue is full. */
-  acquire(signal?: AbortSignal): Promise<Lease> {
+  /** A slot, now or in the caller's turn; 503 at once when the queue is full. */
+  acquire(signal?: AbortSignal, turn: Turn = { caller: "", lane: "interactive" }): Promise<Lease> {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
-    if (this.state === "ready" && this.inUse < this.inFlightCap) return Promise.resolve(this.lease());
-    if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) {
-      return Promise.reject(queueFull(this.options.model));
-    }
+    this.waiters.note(turn.caller);
+    if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn.caller));
+    if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
     this.cancelKeepAlive();
     return new Promise<Lease>((resolve, reject) => {
       const onAbort = () => {
-        this.waiters.splice(this.waiters.indexOf(waiter), 1);
+        remove();
         reject(signal!.reason);
         this.checkIdle();
       };
       const waiter: Waiter = {
+        caller: turn.caller,
         grant: (lease) => (signal?.removeEventListener("abort", onAbort), resolve(lease)),
         fail: (error) => (signal?.removeEventListener("abort", onAbort), reject(error)),
       };
       signal?.addEventListener("abort", onAbort, { once: true });
-      this.waiters.push(waiter);
+      const remove = this.waiters.push(waiter, turn);
+      this.grantWaiters(); // a place kept for other callers may be this one's
     });
   }
 
   /** A GET on the runner outside any slot (its `/metrics`); undefined unless ready. */
   async scrape(path: string): Promise<string | undefined> {
     if (this.state !== "ready" || !this.process) return undefined;
-    // The runner's fetch has no timeouts (a generation may take long): a wedged runner must not
-    // hang the caller, so this one request has its own limit.
+    // The runner's fetch has no timeouts (generations take long): this one has, for a wedged runner.
     const response = await this.process.fetch(`http://runner${path}`, { signal: AbortSignal.timeout(SCRAPE_TIMEOUT_MS) });
     return response.ok ? await response.text() : undefined;
   }
@@ -256,11 +254,12 @@ export class Runner {
     this.events.gone(this, crashed);
   }
 
-  private lease(): Lease {
+  private lease(caller: string): Lease {
     this.#inUse++;
     this.cancelKeepAlive();
     return createLease(this.process!, this.death.signal, this.watchdog, () => {
       this.#inUse--;
+      this.waiters.release(caller);
       this.#lastUsed = Date.now();
       this.grantWaiters();
       this.checkIdle();
@@ -268,10 +267,10 @@ export class Runner {
   }
 
   private grantWaiters(): void {
-    while ((this.state === "ready" || this.state === "draining") && this.inUse < this.inFlightCap) {
-      const waiter = this.waiters.shift();
+    while (this.state === "ready" || this.state === "draining") {
+      const waiter = this.waiters.shift(this.inFlightCap(this.waiters.nextLane()) - this.inUse);
       if (!waiter) return;
-      waiter.grant(this.lease());
+      waiter.grant(this.lease(waiter.caller));
     }
   }
 
@@ -290,7 +289,7 @@ export class Runner {
   }
 
   private failWaiters(error: unknown): void {
-    for (const waiter of this.waiters.splice(0)) waiter.fail(error);
+    for (const waiter of this.waiters.clear()) waiter.fail(error);
   }
 
   private enter(next: RunnerState): void {

@@ -50,4 +50,10 @@ export type RunnerWish = {
    * end; a request without a wish takes the runner loaded, whatever its context.
    */
   contextSize?: number;
+  /** Whom it is for (a key's name): waiting requests are served in turn across callers. */
+  caller?: string;
+  /** `batch`: served only when no interactive request waits, and never queued at llama-server. */
+  lane?: Lane;
 };
+
+export type Lane = "interactive" | "batch";

@@ -1,0 +1,145 @@
+import type { Lane } from "./types.ts";
+
+// The requests waiting for a runner's slot, served in turn across callers (API keys): among the
+// callers with a request waiting, the one served least recently goes next, each caller's own
+// requests in the order they came. So a key that sends a hundred requests at once does not push
+// another key's one request behind them: that one waits for at most one grant per other caller.
+// Batch requests wait in a lane of their own, served only while no interactive request waits, and
+// never take a runner's last free place (but on an idle runner): it is kept for interactive ones.
+//
+// While more than one caller has used the runner lately (`shared`):
+// - a caller that holds a place already never takes the last free one: it is kept for the others,
+//   so that another caller's request starts at once instead of waiting for a slot to free (a
+//   flood then runs on one slot fewer, until the others have been quiet for SHARED_WINDOW_MS);
+// - nothing is handed to llama-server beyond its slots (the runner's `inFlightCap`): its own queue
+//   (INFERENCE_RUNNER_QUEUE) is first come, first served, and what it holds cannot be reordered.
+
+export type Turn = { caller: string; lane: Lane };
+
+/** How long a caller counts as a user of the runner after its last request came. */
+export const SHARED_WINDOW_MS = 10_000;
+
+const LANES: Lane[] = ["interactive", "batch"];
+
+export class FairQueue<T> {
+  /** Per lane, each caller's waiting requests in order; a caller is present only while it has some. */
+  private readonly lanes: Record<Lane, Map<string, T[]>> = { interactive: new Map(), batch: new Map() };
+  /** Caller -> the grant number of its last grant (never served: absent, which goes first). */
+  private readonly served = new Map<string, number>();
+  private grants = 0;
+  /** Caller -> when it last asked. */
+  private readonly seen = new Map<string, number>();
+  /** Caller -> places it holds (granted, not yet released); all of them. */
+  private readonly held = new Map<string, number>();
+  private holding = 0;
+  #length = 0;
+
+  private readonly now: () => number;
+
+  constructor(now: () => number = Date.now) {
+    this.now = now;
+  }
+
+  get length(): number {
+    return this.#length;
+  }
+
+  /** A caller asks (whether it waits or not): it counts as a user of the runner for a while. */
+  note(caller: string): void {
+    this.seen.set(caller, this.now());
+  }
+
+  /** Whether callers other than one used the runner within SHARED_WINDOW_MS. */
+  shared(): boolean {
+    const since = this.now() - SHARED_WINDOW_MS;
+    for (const [caller, at] of this.seen) if (at < since) this.seen.delete(caller);
+    return this.seen.size > 1;
+  }
+
+  /** Puts `item` at the end of its caller's line; the function returned takes it out again (false if it had gone). */
+  push(item: T, { caller, lane }: Turn): () => boolean {
+    const lines = this.lanes[lane];
+    const line = lines.get(caller) ?? [];
+    if (line.length === 0) lines.set(caller, line);
+    line.push(item);
+    this.#length++;
+    return () => {
+      const at = line.indexOf(item);
+      if (at < 0) return false;
+      line.splice(at, 1);
+      if (line.length === 0 && lines.get(caller) === line) lines.delete(caller);
+      this.#length--;
+      return true;
+    };
+  }
+
+  /** The lane whose turn it is: interactive while any waits, else batch; undefined when none waits. */
+  nextLane(): Lane | undefined {
+    return LANES.find((lane) => this.lanes[lane].size > 0);
+  }
+
+  /** Whether a request in `lane` would be served before every one waiting now. */
+  wouldBeNext(lane: Lane): boolean {
+    return this.#length === 0 || (lane === "interactive" && this.nextLane() === "batch");
+  }
+
+  /** Whether `caller` may take one of `free` places in `lane` (see the rules above; batch never takes the last but on an idle runner). */
+  private mayTake(caller: string, free: number, lane: Lane): boolean {
+    if (lane === "batch") return free > 1 || (free === 1 && this.holding === 0);
+    return free > 1 || (free === 1 && ((this.held.get(caller) ?? 0) === 0 || !this.shared()));
+  }
+
+  private hold(caller: string): void {
+    this.held.set(caller, (this.held.get(caller) ?? 0) + 1);
+    this.holding++;
+  }
+
+  /** A request that comes, granted at once (its place held) if it is next and may take one of `free` places. */
+  takesNow({ caller, lane }: Turn, free: number): boolean {
+    if (!this.wouldBeNext(lane) || !this.mayTake(caller, free, lane)) return false;
+    this.hold(caller);
+    return true;
+  }
+
+  /** A place of `caller` was given back. */
+  release(caller: string): void {
+    this.holding--;
+    const left = (this.held.get(caller) ?? 1) - 1;
+    if (left > 0) this.held.set(caller, left);
+    else this.held.delete(caller);
+  }
+
+  /**
+   * Takes the next item, its place held, when one of `free` places may go to it: of the lane whose
+   * turn it is, from the caller served least recently among those who may take a place now.
+   */
+  shift(free = 1): T | undefined {
+    const lane = this.nextLane();
+    if (!lane) return undefined;
+    const lines = this.lanes[lane];
+    let pick: string | undefined;
+    for (const caller of lines.keys()) {
+      if (!this.mayTake(caller, free, lane)) continue;
+      if (pick === undefined || (this.served.get(caller) ?? -1) < (this.served.get(pick) ?? -1)) pick = caller;
+    }
+    if (pick === undefined) return undefined;
+    this.hold(pick);
+    const line = lines.get(pick)!;
+    const item = line.shift()!;
+    if (line.length === 0) lines.delete(pick);
+    this.#length--;
+    this.served.set(pick, ++this.grants);
+    return item;
+  }
+
+  /** Takes every item out (the runner failed them all). */
+  clear(): T[] {
+    const items: T[] = [];
+    for (const lane of LANES) {
+      for (const line of this.lanes[lane].values()) items.push(...line);
+      this.lanes[lane].clear();
+    }
+    this.#length = 0;
+    return items;
+  }
+}

@@ -1,0 +1,106 @@
+import { readFileSync, renameSync } from "node:fs";
+import { writeFileAtomic } from "../models/store/files.ts";
+
+// Usage per key name, model and day (UTC): requests, prompt and completion tokens, errors. Kept in
+// memory and written to one small JSON file at most once a second after a change, to a temporary
+// name and renamed over the old (a crash leaves the old or the new file, never half of one). A
+// restart reads it back: at most the last second's counts are lost with the process.
+
+export type UsageCounts = { requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
+export type UsageRow = { day: string; key: string; model: string } & UsageCounts;
+export type UsageFilter = { key?: string; model?: string; day?: string; since?: string; until?: string };
+
+export interface Ledger {
+  add(key: string, model: string, counts: Partial<UsageCounts>): void;
+  /** The rows that match, oldest day first. */
+  rows(filter?: UsageFilter): UsageRow[];
+  /** Writes what is not written yet; resolves once it is on disk. */
+  flush(): Promise<void>;
+}
+
+const FILE_VERSION = 1;
+const WRITE_DELAY_MS = 1000;
+
+const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+
+/**
+ * The ledger kept in `path`, read back from it once, at start (a missing file is an empty ledger;
+ * one that cannot be read is moved aside, told, and started afresh: usage never stops the server).
+ */
+export function openLedger(path: string, now: () => Date = () => new Date()): Ledger {
+  const rows = new Map<string, UsageRow>(readRows(path).map((row) => [rowKey(row.day, row.key, row.model), row]));
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let writing: Promise<void> = Promise.resolve();
+  let dirty = false;
+  const write = () => {
+    timer = undefined;
+    if (!dirty) return writing;
+    dirty = false;
+    const text = JSON.stringify({ version: FILE_VERSION, rows: [...rows.values()] });
+    // One write at a time, in order; a failed write is told and tried again with the next change.
+    writing = writing.then(() =>
+      writeFileAtomic(path, text, { durable: false }).catch((error: Error) => {
+        dirty = true;
+        console.error(`usage: cannot write ${path}: ${error.message}`);
+      }),
+    );
+    return writing;
+  };
+  return {
+    add(key, model, counts) {
+      const day = now().toISOString().slice(0, 10);
+      const id = rowKey(day, key, model);
+      let row = rows.get(id);
+      if (!row) rows.set(id, (row = { day, key, model, ...EMPTY }));
+      for (const field of Object.keys(EMPTY) as (keyof UsageCounts)[]) row[field] += counts[field] ?? 0;
+      dirty = true;
+      // Unref'd: a pending write never keeps the process up (flush at stop writes it).
+      if (!timer) (timer = setTimeout(write, WRITE_DELAY_MS)).unref?.();
+    },
+    rows(filter = {}) {
+      return [...rows.values()]
+        .filter((r) => (filter.key === undefined || r.key === filter.key) && (filter.model === undefined || r.model === filter.model))
+        .filter((r) => (filter.day === undefined || r.day === filter.day) && (!filter.since || r.day >= filter.since) && (!filter.until || r.day <= filter.until))
+        .sort((a, b) => a.day.localeCompare(b.day) || a.key.localeCompare(b.key) || a.model.localeCompare(b.model));
+    },
+    flush() {
+      clearTimeout(timer);
+      return write();
+    },
+  };
+}
+
+const rowKey = (day: string, key: string, model: string) => `${day}\u0000${key}\u0000${model}`;
+
+function readRows(path: string): UsageRow[] {
+  try {
+    const parsed = JSON.parse(readFileSync(path, "utf8")) as { version?: number; rows?: UsageRow[] };
+    if (parsed.version !== FILE_VERSION || !Array.isArray(parsed.rows)) throw new Error(`not a usage file of version ${FILE_VERSION}`);
+    return parsed.rows.map((r) => ({ ...EMPTY, ...r }));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return [];
+    const aside = `${path}.unreadable`;
+    console.error(`usage: ${path} cannot be read (${(error as Error).message}); moved to ${aside}, counting afresh`);
+    try {
+      renameSync(path, aside);
+    } catch {
+      // not there to move, or not ours to move: counting afresh all the same
+    }
+    return [];
+  }
+}
+
+/** Rows summed by the fields named (the others dropped). */
+export function totals<K extends "day" | "key" | "model">(rows: UsageRow[], by: K[]): (Pick<UsageRow, K> & UsageCounts)[] {
+  const out = new Map<string, Pick<UsageRow, K> & UsageCounts>();
+  for (const row of rows) {
+    const id = by.map((field) => row[field]).join("\u0000");
+    let sum = out.get(id);
+    if (!sum) {
+      sum = { ...(Object.fromEntries(by.map((field) => [field, row[field]])) as Pick<UsageRow, K>), ...EMPTY };
+      out.set(id, sum);
+    }
+    for (const field of Object.keys(EMPTY) as (keyof UsageCounts)[]) sum[field] += row[field];
+  }
+  return [...out.values()];
+}

@@ -1,0 +1,38 @@
+import { formatLabels, type ExtraFamily } from "../inference/metrics.ts";
+import type { Limiter } from "../keys/limits.ts";
+import { totals, type Ledger } from "./ledger.ts";
+
+// /metrics' counters per key name and model, from the usage ledger (so they go on across restarts,
+// as the ledger does), and the requests each key's limits refused.
+
+export function usageFamilies(ledger: Ledger, limiter: Limiter): ExtraFamily[] {
+  const rows = totals(ledger.rows(), ["key", "model"]);
+  const line = (name: string, labels: Record<string, string>, value: number) => `${name}${formatLabels(labels)} ${value}`;
+  const refused = [...limiter.refusals()].flatMap(([key, limits]) =>
+    [...limits].map(([limit, n]) => line("llamadock_key_rate_limited_total", { key, limit }, n)),
+  );
+  return [
+    {
+      name: "llamadock_key_requests_total",
+      type: "counter",
+      help: "Inference requests by API key name and model.",
+      lines: rows.map((r) => line("llamadock_key_requests_total", { key: r.key, model: r.model }, r.requests)),
+    },
+    {
+      name: "llamadock_key_tokens_total",
+      type: "counter",
+      help: "Tokens by API key name, model and kind (prompt, completion), as llama-server counted them.",
+      lines: rows.flatMap((r) => [
+        line("llamadock_key_tokens_total", { key: r.key, model: r.model, kind: "prompt" }, r.prompt_tokens),
+        line("llamadock_key_tokens_total", { key: r.key, model: r.model, kind: "completion" }, r.completion_tokens),
+      ]),
+    },
+    {
+      name: "llamadock_key_errors_total",
+      type: "counter",
+      help: "Inference requests answered with an error, by API key name and model.",
+      lines: rows.map((r) => line("llamadock_key_errors_total", { key: r.key, model: r.model }, r.errors)),
+    },
+    { name: "llamadock_key_rate_limited_total", type: "counter", help: "Requests refused by a key's limit (in_flight, requests_per_minute, tokens_per_minute).", lines: refused },
+  ];
+}

@@ -1,0 +1,24 @@
+import { timingsIn } from "../inference/latency.ts";
+
+// A request's tokens as llama-server counted them, read from the text of its answer's start and end
+// (never parsed whole: a stream is not kept). Each dialect's answer says it its own way: `timings`
+// (OpenAI chat and completions, Responses), OpenAI's `usage` (embeddings, rerank), Anthropic's
+// `usage` (input tokens in a stream's first event, cached ones apart; output tokens in its last).
+
+export type TokenCounts = { prompt: number; completion: number };
+
+const number = (text: string, field: string, which: "first" | "last"): number | undefined => {
+  const matches = [...text.matchAll(new RegExp(`"${field}":(\\d+)`, "g"))];
+  const match = which === "first" ? matches[0] : matches.at(-1);
+  return match ? Number(match[1]) : undefined;
+};
+
+export function tokenCounts(text: string): TokenCounts {
+  const timings = timingsIn(text);
+  if (timings) return { prompt: (timings.cache_n ?? 0) + (timings.prompt_n ?? 0), completion: timings.predicted_n ?? 0 };
+  const prompt = number(text, "prompt_tokens", "first");
+  if (prompt !== undefined) return { prompt, completion: number(text, "completion_tokens", "last") ?? 0 };
+  const input = number(text, "input_tokens", "first");
+  const cached = number(text, "cache_read_input_tokens", "first") ?? 0;
+  return { prompt: input === undefined ? 0 : input + cached, completion: number(text, "output_tokens", "last") ?? 0 };
+}

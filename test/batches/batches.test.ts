@@ -1,0 +1,158 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import OpenAI, { toFile } from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ask } from "../support/http.ts";
+import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
+
+// OpenAI's Files and Batch API through the official client (openai): upload, create, poll,
+// download, cancel, and a restart in the middle of a batch, against the server as users run it
+// with real runners. Lines run as their owner's requests (counted in its usage), in the batch lane.
+
+const KEYS = { batcher: "sk-batcher-61f0d2", other: "sk-other-0a77c9" };
+
+let stack: Stack;
+const client = (key = KEYS.batcher) => new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: key, maxRetries: 0 });
+
+beforeAll(async () => {
+  stack = await startStack({ models: ["ai/tiny"], embedders: ["ai/embed"] });
+  await writeFile(join(stack.dir, "keys"), `${KEYS.batcher} name=batcher\n${KEYS.other} name=other\n`);
+  await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys"), INFERENCE_SLOTS: "2" });
+}, 180_000);
+afterAll(async () => {
+  await stack?.stop();
+});
+
+type Line = { custom_id: string; method: "POST"; url: string; body: object };
+const chatLine = (id: string, tokens = 8, model = "ai/tiny"): Line => ({
+  custom_id: id,
+  method: "POST",
+  url: "/v1/chat/completions",
+  body: { model, messages: [{ role: "user", content: `hello ${id}` }], max_tokens: tokens, ...NO_EARLY_STOP },
+});
+const jsonl = (lines: object[]) => lines.map((l) => JSON.stringify(l)).join("\n") + "\n";
+
+async function submit(lines: Line[], endpoint: "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" = "/v1/chat/completions") {
+  const file = await client().files.create({ file: await toFile(Buffer.from(jsonl(lines)), "batch.jsonl"), purpose: "batch" });
+  expect(file).toMatchObject({ object: "file", purpose: "batch", filename: "batch.jsonl" });
+  return client().batches.create({ input_file_id: file.id, endpoint, completion_window: "24h" });
+}
+
+/** Polls the batch (every 100 ms, bounded) until `done` holds. */
+async function poll(id: string, done: (b: OpenAI.Batch) => boolean, what: string): Promise<OpenAI.Batch> {
+  for (let i = 0; i < 1200; i++) {
+    const batch = await client().batches.retrieve(id).catch((error: Error) => (error.message.includes("ECONNREFUSED") ? undefined : Promise.reject(error)));
+    if (batch && done(batch)) return batch;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`batch ${id}: no ${what} within the bound`);
+}
+const finished = (b: OpenAI.Batch) => ["completed", "failed", "cancelled", "expired"].includes(b.status);
+
+type Result = { custom_id: string; response: { status_code: number; body: any } | null; error: unknown };
+const results = async (fileId: string | null | undefined): Promise<Result[]> =>
+  fileId ? (await (await client().files.content(fileId)).text()).split("\n").filter(Boolean).map((l) => JSON.parse(l) as Result) : [];
+
+const usageOf = async (model: string) => {
+  const answer = await ask({ url: stack.url }, "GET", `/engines/usage?model=${encodeURIComponent(model)}&by=key`, undefined, { authorization: `Bearer ${KEYS.batcher}` });
+  return (answer.json() as { total: { requests: number; errors: number; completion_tokens: number } }).total;
+};
+
+describe("batches through the openai client", () => {
+  it("upload, create, poll, download: each line's answer once, a failed line in the error file, counted in usage", async () => {
+    const before = await usageOf("ai/tiny:latest");
+    const lines = [chatLine("a"), chatLine("b"), chatLine("c"), chatLine("d"), chatLine("missing", 8, "ai/missing")];
+    const created = await submit(lines);
+    expect(["validating", "in_progress"]).toContain(created.status);
+    const batch = await poll(created.id, finished, "end");
+    expect(batch.status).toBe("completed");
+    expect(batch.request_counts).toEqual({ total: 5, completed: 4, failed: 1 });
+    const output = await results(batch.output_file_id);
+    expect(output.map((r) => r.custom_id).sort()).toEqual(["a", "b", "c", "d"]);
+    for (const r of output) {
+      expect(r.response?.status_code).toBe(200);
+      expect(r.response?.body.usage.completion_tokens).toBe(8);
+    }
+    const errors = await results(batch.error_file_id);
+    expect(errors.map((r) => [r.custom_id, r.response?.status_code, r.response?.body.error.code])).toEqual([["missing", 404, "model_not_found"]]);
+    const after = await usageOf("ai/tiny:latest");
+    expect([after.requests - before.requests, after.completion_tokens - before.completion_tokens]).toEqual([4, 32]);
+    // Another key's: as if it did not exist.
+    await expect(client(KEYS.other).batches.retrieve(batch.id)).rejects.toMatchObject({ status: 404 });
+    await expect(client(KEYS.other).files.content(batch.output_file_id!)).rejects.toMatchObject({ status: 404 });
+    expect((await client().batches.list()).data.map((b) => b.id)).toContain(batch.id);
+  });
+
+  it("completions and embeddings lines", async () => {
+    const completions = await submit([{ custom_id: "p", method: "POST", url: "/v1/completions", body: { model: "ai/tiny", prompt: "once", max_tokens: 4, ...NO_EARLY_STOP } }], "/v1/completions");
+    const embeddings = await submit([{ custom_id: "e", method: "POST", url: "/v1/embeddings", body: { model: "ai/embed", input: "hello" } }], "/v1/embeddings");
+    const [c, e] = await Promise.all([poll(completions.id, finished, "end"), poll(embeddings.id, finished, "end")]);
+    expect((await results(c.output_file_id))[0]?.response?.body.object).toBe("text_completion");
+    expect((await results(e.output_file_id))[0]?.response?.body.data[0].embedding.length).toBeGreaterThan(0);
+  });
+
+  it("a file whose lines are wrong fails the batch with OpenAI's errors", async () => {
+    const file = await client().files.create({ file: await toFile(Buffer.from('{"custom_id":"x","method":"GET","url":"/v1/chat/completions","body":{}}\nnot json\n'), "bad.jsonl"), purpose: "batch" });
+    const created = await client().batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    const batch = await poll(created.id, finished, "end");
+    expect(batch.status).toBe("failed");
+    expect(batch.errors?.data?.map((e) => [e.line, e.code])).toEqual([[1, "invalid_request"], [2, "invalid_json_line"]]);
+  });
+
+  it("cancel: the lines running finish, no other starts, and the batch ends cancelled with what it has", async () => {
+    const lines = Array.from({ length: 40 }, (_, i) => chatLine(`c${i}`, 64));
+    const created = await submit(lines);
+    await poll(created.id, (b) => (b.request_counts?.completed ?? 0) >= 1, "first line");
+    const cancelling = await client().batches.cancel(created.id);
+    expect(["cancelling", "cancelled"]).toContain(cancelling.status);
+    const batch = await poll(created.id, finished, "end");
+    expect(batch.status).toBe("cancelled");
+    const done = batch.request_counts!.completed;
+    expect(done).toBeLessThan(40);
+    expect((await results(batch.output_file_id)).length).toBe(done);
+  });
+
+  it("a restart in the middle: the batch resumes where it stopped, no line run twice", async () => {
+    const before = await usageOf("ai/tiny:latest");
+    const lines = Array.from({ length: 16 }, (_, i) => chatLine(`r${i}`, 64));
+    const created = await submit(lines);
+    const midway = await poll(created.id, (b) => (b.request_counts?.completed ?? 0) >= 2, "two lines");
+    expect(midway.request_counts!.completed).toBeLessThan(16);
+    await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys"), INFERENCE_SLOTS: "2" });
+    const batch = await poll(created.id, finished, "end");
+    expect(batch.status).toBe("completed");
+    expect(batch.request_counts).toEqual({ total: 16, completed: 16, failed: 0 });
+    const ids = (await results(batch.output_file_id)).map((r) => r.custom_id);
+    expect(ids.sort()).toEqual(lines.map((l) => l.custom_id).sort());
+    // Each line ran once: 16 requests, none cut short (an error), 64 tokens each.
+    const after = await usageOf("ai/tiny:latest");
+    expect([after.requests - before.requests, after.errors - before.errors, after.completion_tokens - before.completion_tokens]).toEqual([16, 0, 16 * 64]);
+  });
+
+  it("under a running batch, an interactive request of the same key is served first: its first token within 2x of alone", async () => {
+    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+    const interactive = async () => {
+      const times = { firstToken: [] as number[], total: [] as number[] };
+      for (let i = 0; i < 7; i++) {
+        const began = performance.now();
+        const stream = await client().chat.completions.create({ ...chatLine("i", 64).body, stream: true } as OpenAI.ChatCompletionCreateParamsStreaming);
+        let first = 0;
+        for await (const chunk of stream) if (!first && chunk.choices[0]?.delta?.content) first = performance.now() - began;
+        times.firstToken.push(first);
+        times.total.push(performance.now() - began);
+      }
+      return { firstToken: median(times.firstToken), total: median(times.total) };
+    };
+    const alone = await interactive();
+    const created = await submit(Array.from({ length: 200 }, (_, i) => chatLine(`l${i}`, 64)));
+    const started = await poll(created.id, (b) => (b.request_counts?.completed ?? 0) >= 2, "the batch under way");
+    const underBatch = await interactive();
+    const during = (await client().batches.retrieve(created.id)).request_counts!.completed - started.request_counts!.completed;
+    await client().batches.cancel(created.id);
+    await poll(created.id, finished, "end");
+    const figures = { aloneMs: alone, underBatchMs: underBatch, firstTokenRatio: +(underBatch.firstToken / alone.firstToken).toFixed(2), totalRatio: +(underBatch.total / alone.total).toFixed(2), batchLinesMeanwhile: during };
+    console.log(`batch under load: ${JSON.stringify(figures)}`);
+    expect(during).toBeGreaterThan(0); // the batch ran meanwhile
+    expect(figures.firstTokenRatio).toBeLessThan(2);
+  });
+});
