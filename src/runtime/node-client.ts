@@ -59,10 +59,16 @@ export const nodeHttpSend =
     new Promise((resolve, reject) => {
       const url = new URL(origin);
       const target = socketPath ? { socketPath } : { host: url.hostname, port: url.port };
-      const call = httpRequest({ ...target, agent, method, path, headers, signal }, (response) =>
-        resolve({ status: response.statusCode ?? 502, headers: response.headers, body: response }),
-      );
-      call.once("error", reject);
+      // The signal is watched here, not handed to node:http: under Deno neither that option nor a
+      // destroy ends a call whose server went silent, so a hung runner's health check never
+      // ended. It rejects at once. Once the answer has come, webResponse watches it for the body.
+      const onAbort = () => (reject(signal?.reason), call.destroy());
+      const call = httpRequest({ ...target, agent, method, path, headers }, (response) => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve({ status: response.statusCode ?? 502, headers: response.headers, body: response });
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
+      call.once("error", (error) => (signal?.removeEventListener("abort", onAbort), reject(error)));
       call.end(body);
     });
 
