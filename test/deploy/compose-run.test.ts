@@ -29,7 +29,7 @@ describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose"
   let model: string;
   let key: string;
   let defaultKey: string | undefined;
-  let weights: string;
+  let blobs: string[];
   let env: NodeJS.ProcessEnv;
 
   const compose = (args: string[], extra: NodeJS.ProcessEnv = {}) =>
@@ -50,7 +50,9 @@ describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose"
     // The compose network, made first so that the registry is on it before the replicas pull.
     await podman.run(["network", "create", `${project}_default`]);
     registry = await startRegistryContainer(podman, `${project}-registry`, `${project}_default`, dir, "registry");
-    weights = (await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ seed: 11 }))).ggufDigest.replace("sha256:", "");
+    const pushed = await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ seed: 11 }));
+    // What a pull keeps: the weights, and the artifact's config (so the model can be pushed as it came).
+    blobs = [pushed.ggufDigest, pushed.configDigest].map((digest) => digest.replace("sha256:", "")).sort();
     model = `${registry.address}/test/tiny:latest`;
     const pinned = { PINNED_MODELS: model, REGISTRY_INSECURE: registry.address };
     await writeFile(join(dir, "override.yaml"), stringify({
@@ -113,9 +115,9 @@ describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose"
       }
       // Run alone (-t), the pool made the volume and its key itself.
       if (defaultKey) expect(key).toBe(defaultKey);
-      // Both pinned and loaded the model; the store holds its weights once (no partial file left).
-      const blobs = await podman.run(["exec", container(REPLICAS[1]!), "ls", "/models/blobs/sha256"]);
-      expect(blobs.stdout.trim().split("\n")).toEqual([weights]);
+      // Both pinned and loaded the model; the store holds its blobs once (no partial file left).
+      const stored = await podman.run(["exec", container(REPLICAS[1]!), "ls", "/models/blobs/sha256"]);
+      expect(stored.stdout.trim().split("\n").sort()).toEqual(blobs);
     });
 
     it("spreads requests over both replicas", async () => {

@@ -34,14 +34,16 @@ describe.skipIf(!usable && !inCi)("the cpu-example overlay, played with podman k
   let played: string;
   let pod: string;
   let key: string;
-  let weights: string;
+  let blobs: string[];
 
   beforeAll(async () => {
     podman = await buildImage(BUILD_TIMEOUT_MS);
     dir = await mkdtemp(join(tmpdir(), "llamadock-kube-"));
     // podman's default network has no DNS: the pod reaches the registry at its address.
     registry = await startRegistryContainer(podman, `${prefix}-registry`, "podman", dir);
-    weights = (await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ seed: 13 }))).ggufDigest.replace("sha256:", "");
+    const pushed = await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ seed: 13 }));
+    // What a pull keeps: the weights, and the artifact's config (so the model can be pushed as it came).
+    blobs = [pushed.ggufDigest, pushed.configDigest].map((digest) => digest.replace("sha256:", "")).sort();
     model = `${registry.address}/test/tiny:latest`;
     rendered = render("overlays/cpu-example");
     const port = await freePort();
@@ -135,7 +137,7 @@ describe.skipIf(!usable && !inCi)("the cpu-example overlay, played with podman k
     expect(models.flatMap((m) => m.tags)).toEqual([model]);
     // On the claim, played as the podman volume of its name: what the init container wrote there.
     const { stdout } = await podman.run(["volume", "inspect", "--format", "{{.Mountpoint}}", `${prefix}-models`]);
-    expect(readdirSync(join(stdout.trim(), "blobs", "sha256"))).toEqual([weights]);
+    expect(readdirSync(join(stdout.trim(), "blobs", "sha256")).sort()).toEqual(blobs);
     // The server itself pulls a pinned model only when the store lacks it, and says so.
     const logs = await podman.run(["logs", `${pod}-llamadock`]);
     expect(logs.stdout + logs.stderr).not.toMatch(/pinned model .*: pulling/);

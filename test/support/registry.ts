@@ -123,7 +123,7 @@ export type PushOptions = {
   modelConfig?: Record<string, unknown>;
 };
 
-export type PushedModel = { manifestDigest: string; ggufDigest: string; size: number; manifest: Uint8Array };
+export type PushedModel = { manifestDigest: string; ggufDigest: string; configDigest: string; size: number; manifest: Uint8Array };
 
 /** Pushes weights (and extra layers) as a Docker model artifact tagged `repository:tag`. */
 export async function pushModel(
@@ -158,5 +158,5 @@ export async function pushModel(
     body: manifest,
   });
   if (put.status !== 201) throw new Error(`manifest PUT answered ${put.status}: ${await put.text()}`);
-  return { manifestDigest: sha256(manifest), ggufDigest: weights.digest, size: weights.size, manifest };
+  return { manifestDigest: sha256(manifest), ggufDigest: weights.digest, configDigest: config.digest, size: weights.size, manifest };
 }
