@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { CliError, createClient, type ClientOptions } from "./client.ts";
 import { engineCommands } from "./engines.ts";
+import { fitCommand } from "./fit.ts";
 import { modelCommands } from "./models.ts";
 import { runCommand } from "./run.ts";
 import { serveCommand } from "./serve.ts";
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   modelCommands(program, clientFor);
   runCommand(program, clientFor);
   engineCommands(program, clientFor, version);
+  fitCommand(program, clientFor);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

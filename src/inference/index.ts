@@ -13,6 +13,7 @@ import { formatSize } from "../models/gguf.ts";
 import { diskUsage } from "./disk.ts";
 import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
+import { fitRoutes } from "./fit.ts";
 import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 import { createMediaInliner } from "./media/fetch.ts";
@@ -75,6 +76,7 @@ export function createInference(
       engineVersion: async () => (await launcher.binary()).version,
       diskUsage: () => diskUsage(store.root, launcher.binary),
     }),
+    ...fitRoutes({ store, scheduler }),
   ];
   return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
 }

@@ -1,12 +1,13 @@
 import { modelNotFound } from "../models/errors.ts";
 import { modelInUse, modelPinned, queueFull, RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
-import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
+import { decideLaunch, fitAnswer, type FitAnswer } from "./fit.ts";
+import { embeddingPooling, runnerKey, threadShare, threadsInFlags } from "./policy.ts";
 import { Runner, type Lease, type RunnerEvents, type RunnerState } from "./runner.ts";
 import type { WatchLimits } from "./watchdog.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import { modelBytes } from "./memory/detect.ts";
-import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
+import type { MemoryLimits, Sizing } from "./memory/sizing.ts";
 import { modelName, type Mode, type ModelRef, type RunnerSpec, type RunnerWish, type StartRunner } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
@@ -100,6 +101,12 @@ export interface Scheduler {
   reload(model: ModelRef): void;
   /** The memory budget and what the runners use of it; undefined when none is kept. */
   memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
+  /**
+   * What a load of the model for `mode` would do now, with these settings changed (as configure
+   * would change them, which reloads its runner), without doing it: the launch's own decision.
+   * Throws what the load would: the 507 of a model too large even alone, the 404 of one being deleted.
+   */
+  fit(model: ModelRef, mode: Mode, changes?: ModelSettings): Promise<FitAnswer>;
   /** Fetches each ready runner's `/metrics`, with its model and mode. */
   scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
   stopAll(): Promise<void>;
@@ -225,30 +232,28 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       }
       const { memory, weights } = budget;
       const slots = settings.slots ?? deps.limits.slots;
-      if (wanted !== undefined) settings = { ...settings, contextSize: boundContext(model, settings, slots, weights, memory, wanted) };
-      const views = [...active.values(), ...leaving].map((r) => ({
-        // Unique per runner: a replaced runner still draining shares its (model, mode) key.
-        key: r.options.spec.name,
-        busy: r.busy,
-        // A replaced runner still serving (draining) frees its room only when its requests end,
-        // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
-        stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
-        lastUsed: r.lastUsed,
-        pinned: pinned.has(r.options.key),
-        bytes: r.options.memory?.total ?? 0,
-      }));
-      // Sized beside the runners that stay (those stopping give their memory back soon); a model
-      // that cannot fit even alone throws its 507 here, before anything is unloaded.
-      const others = views.reduce((sum, v) => sum + (v.stopping ? 0 : v.bytes), 0);
-      const sizing = memory && sizeLaunch(model, settings, slots, weights, others, memory);
-      const need = sizing && memory ? { bytes: sizing.estimate.total, budget: memory.budget.bytes } : undefined;
-      const plan = pickEviction(views, deps.limits.maxRunners, need);
+      const decision = decideLaunch({ model, settings, slots, weights, memory, views: runnerViews(), maxRunners: deps.limits.maxRunners, wanted });
+      const { plan, sizing } = decision;
+      settings = decision.settings;
       if (plan.kind === "room") return use(launch(model, mode, settings, sizing, wanted));
       // The unloads go on if the client leaves; only the wait for them ends.
       if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
       else await waitForRoom(key, slots, model, signal);
     }
   }
+
+  const runnerViews = () =>
+    [...active.values(), ...leaving].map((r) => ({
+      // Unique per runner: a replaced runner still draining shares its (model, mode) key.
+      key: r.options.spec.name,
+      busy: r.busy,
+      // A replaced runner still serving (draining) frees its room only when its requests end,
+      // which may be long: it counts as busy, so an idle runner is evicted rather than waited for.
+      stopping: leaving.has(r) && !(r.state === "draining" && r.busy),
+      lastUsed: r.lastUsed,
+      pinned: pinned.has(r.options.key),
+      bytes: r.options.memory?.total ?? 0,
+    }));
 
   const runnerByKey = (name: string) => [...active.values(), ...leaving].find((r) => r.options.spec.name === name);
 
@@ -373,6 +378,24 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     },
     reload(model) {
       for (const runner of ofModel(model)) replace(runner);
+    },
+    async fit(model, mode, changes = {}) {
+      const settings = { ...(await deps.settings.get(model.id)), ...changes };
+      const memory = await deps.memory?.();
+      const weights = memory ? await (deps.modelBytes ?? modelBytes)(model) : 0;
+      if (closed) throw shuttingDown();
+      if (deleting.has(model.id)) throw modelNotFound(modelName(model));
+      const runner = active.get(runnerKey(model.id, mode));
+      // Changed settings reload a loaded runner: it then gives its room back, and counts for nothing.
+      const replaced = runner && Object.keys(changes).length > 0 ? runner.options.spec.name : undefined;
+      if (runner && !replaced) return { action: "loaded", runner: info(runner) };
+      const views = runnerViews().filter((v) => v.key !== replaced);
+      const slots = settings.slots ?? deps.limits.slots;
+      const decision = decideLaunch({ model, settings, slots, weights, memory, views, maxRunners: deps.limits.maxRunners });
+      return fitAnswer(decision, views, (name) => {
+        const r = runnerByKey(name);
+        return r && { model: r.options.model, mode: r.options.mode, bytes: r.options.memory?.total ?? 0 };
+      });
     },
     async scrape(path) {
       // Runners not ready (or gone meanwhile) answer undefined and are left out.

@@ -1,5 +1,5 @@
 import { formatSize } from "../../models/gguf.ts";
-import { modelTooLarge } from "../errors.ts";
+import { ModelTooLarge } from "../errors.ts";
 import type { MemoryBudget } from "./budget.ts";
 import { estimateMemory, flagValue, largestFittingContext, shapeOf, type Estimate } from "./estimate.ts";
 import type { ModelSettings } from "../settings.ts";
@@ -71,7 +71,8 @@ function check(model: ModelRef, sizing: Sizing, limits: MemoryLimits, fitting: (
   const hint = context ? `a context size of ${context} tokens would fit` : "it does not fit with any context size";
   const name = model.tags[0] ?? model.id;
   const where = sizing.where === "gpu" ? "GPU memory" : "memory";
-  throw modelTooLarge(`model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`);
+  const message = `model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`;
+  throw new ModelTooLarge(message, { totalBytes: total, contextSize, budgetBytes: limits.budget.bytes, fittingContext: context });
 }
 
 /**
