@@ -142,6 +142,10 @@ const Settings = z.object({
   INFERENCE_MIN_CONTEXT: z.coerce.number().int().min(256).default(4096),
   // `off`: never budget or offload to a GPU, even where one is found.
   INFERENCE_GPU: z.enum(["auto", "off"]).default("auto"),
+  // Prompt caches saved when a runner stops and restored when it loads again (0: off).
+  INFERENCE_SLOT_CACHE_PATH: z.string().min(1).optional(),
+  INFERENCE_SLOT_CACHE_BUDGET: z.string().regex(BYTES_PATTERN, "a size like 4GiB or 0 (off)").default("4GiB").transform(parseBytes),
+  INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(5_000),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -213,6 +217,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       logsKept: s.INFERENCE_LOGS_KEPT,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
+      slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },
     },
   };
 }

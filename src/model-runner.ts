@@ -110,6 +110,8 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     policy: config.security,
     drain: (graceMs) => {
       streamsEnd.abort();
+      // The runners' caches are saved as they stop, within what is left of the grace.
+      inference.slotCache?.shutdownBy(Date.now() + graceMs);
       return drain.drain(graceMs, idle);
     },
     stop: async () => {

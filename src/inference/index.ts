@@ -17,6 +17,7 @@ import { fitRoutes } from "./fit.ts";
 import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 import { createMediaInliner } from "./media/fetch.ts";
+import { createSlotCache, type SlotCache } from "../slot-cache/index.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
@@ -25,7 +26,7 @@ import { createMediaInliner } from "./media/fetch.ts";
 const REMOTE_MEDIA_LIMITS = { maxBytes: 10 * 1024 * 1024, timeoutMs: 10_000 };
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
-export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; stop(): Promise<void> };
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; stop(): Promise<void> };
 
 export function createInference(
   config: Config["inference"],
@@ -36,8 +37,10 @@ export function createInference(
   const launcher = lazyLauncher(config, runtime);
   const metrics = createMetrics();
   const settings = createSettingsStore(config.settingsPath);
+  const slotCache = createSlotCache(config.slotCache);
+  const serving = servingFiles(store, launcher.start);
   const scheduler = createScheduler({
-    start: servingFiles(store, launcher.start),
+    start: slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version) : serving,
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -78,7 +81,7 @@ export function createInference(
     }),
     ...fitRoutes({ store, scheduler }),
   ];
-  return { routes, deps, scheduler, settings, stop: () => scheduler.stopAll() };
+  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), stop: () => scheduler.stopAll() };
 }
 
 /**
