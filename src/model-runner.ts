@@ -82,6 +82,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       runners: () => inference.scheduler.runners(),
       models: () => store.list(),
       pulls: () => models.pulls(),
+      loads: () => inference.loads.view(),
       runDir: config.inference.runtimeDir,
       notBrowser: runningText,
       ending: streamsEnd.signal,

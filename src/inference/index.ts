@@ -18,6 +18,7 @@ import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 import { createMediaInliner } from "./media/fetch.ts";
 import { createSlotCache, type SlotCache } from "../slot-cache/index.ts";
+import { createLoads, type Loads } from "./loads.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
@@ -26,7 +27,7 @@ import { createSlotCache, type SlotCache } from "../slot-cache/index.ts";
 const REMOTE_MEDIA_LIMITS = { maxBytes: 10 * 1024 * 1024, timeoutMs: 10_000 };
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
-export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; stop(): Promise<void> };
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; loads: Loads; stop(): Promise<void> };
 
 export function createInference(
   config: Config["inference"],
@@ -35,12 +36,13 @@ export function createInference(
   { admits }: Pick<InferenceDeps, "admits"> = {},
 ): Inference {
   const launcher = lazyLauncher(config, runtime);
-  const metrics = createMetrics();
+  const loads = createLoads();
+  const metrics = createMetrics({ loads });
   const settings = createSettingsStore(config.settingsPath);
   const slotCache = createSlotCache(config.slotCache);
   const serving = servingFiles(store, launcher.start);
   const scheduler = createScheduler({
-    start: slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version) : serving,
+    start: loads.track(slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version, loads) : serving),
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -52,7 +54,7 @@ export function createInference(
       ...(config.threads ? { threads: config.threads } : {}),
       watch: config.watch,
     },
-    observe: metrics.observer,
+    observe: { ...metrics.observer, waitingForRoom: loads.waitingForRoom },
     memory: memoryLimits(config.memory, runtime, launcher.binary),
     // Runner names (their logs') go on from the previous run's, never repeat them: see firstSerial.
     firstSerial: Date.now(),
@@ -81,7 +83,7 @@ export function createInference(
     }),
     ...fitRoutes({ store, scheduler }),
   ];
-  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), stop: () => scheduler.stopAll() };
+  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), loads, stop: () => scheduler.stopAll() };
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { SchedulerObserver, RunnerInfo } from "../scheduler/scheduler.ts";
 import { modelGauges, type ModelGauges, type Scraped } from "./gauges.ts";
+import { LOAD_HISTOGRAM, LOAD_HISTOGRAM_HELP, type Loads } from "./loads.ts";
 import { createLatency, histogramLines, LATENCY_FAMILIES, TOKEN_FAMILIES, type Latency, type RequestTimer } from "./latency.ts";
 
 // GET /metrics: Prometheus text of our own counters, then each runner's llama-server metrics with
@@ -44,7 +45,8 @@ const GAUGES: Record<string, [string, keyof ModelGauges]> = {
   kv_cache_usage_perc: ["KV-cache use, 0 to 1: tokens held by the slots at work over the context of all slots.", "kvUsage"],
 };
 
-export function createMetrics(): InferenceMetrics {
+/** `loads`: the histogram of load times it renders. */
+export function createMetrics({ loads }: { loads?: Pick<Loads, "histogramLines"> } = {}): InferenceMetrics {
   const counters = new Map<string, Sample>();
   const latency = createLatency();
   const add = (family: Family, labels: Labels, by = 1, suffix = "") => {
@@ -88,6 +90,7 @@ export function createMetrics(): InferenceMetrics {
       const families = new Map<string, { help?: string; type?: string; lines: string[] }>();
       for (const [name, [type, help]] of Object.entries(FAMILIES)) families.set(name, { help, type, lines: [] });
       for (const s of samples) families.get(s.family)!.lines.push(`${s.family}${s.suffix}${formatLabels(s.labels)} ${s.value}`);
+      if (loads) families.set(LOAD_HISTOGRAM, { help: LOAD_HISTOGRAM_HELP, type: "histogram", lines: loads.histogramLines() });
       addModelFamilies(families, modelGauges(runners, scraped, slots), latency);
       for (const { model, mode, text } of scraped) mergeRunnerMetrics(families, text, { backend: "llama.cpp", model, mode });
       return renderFamilies(families);

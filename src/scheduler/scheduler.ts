@@ -58,6 +58,8 @@ export type SchedulerObserver = {
   loaded?(model: string, mode: Mode, ms: number): void;
   loadFailed?(model: string, mode: Mode): void;
   crashed?(model: string, mode: Mode): void;
+  /** Requests now waiting for room to launch the model's runner (0: none any more). */
+  waitingForRoom?(model: string, mode: Mode, waiting: number): void;
 };
 
 export type RunnerInfo = {
@@ -238,7 +240,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (plan.kind === "room") return use(launch(model, mode, settings, sizing, wanted));
       // The unloads go on if the client leaves; only the wait for them ends.
       if (plan.kind === "evict") await unlessAborted(Promise.all(plan.keys.map((key) => unloadRunner(runnerByKey(key)!))), signal);
-      else await waitForRoom(key, slots, model, signal);
+      else await waitForRoom(key, slots, model, mode, signal);
     }
   }
 
@@ -258,16 +260,18 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const runnerByKey = (name: string) => [...active.values(), ...leaving].find((r) => r.options.spec.name === name);
 
   /** Waits for room to launch; the queue rules bound how many may wait for one runner. */
-  async function waitForRoom(key: string, slots: number, model: ModelRef, signal?: AbortSignal): Promise<void> {
+  async function waitForRoom(key: string, slots: number, model: ModelRef, mode: Mode, signal?: AbortSignal): Promise<void> {
     const waiting = waitingForRoom.get(key) ?? 0;
     if (waiting >= slots + deps.limits.queueDepth) throw queueFull(modelName(model));
     waitingForRoom.set(key, waiting + 1);
+    deps.observe?.waitingForRoom?.(modelName(model), mode, waiting + 1);
     try {
       await waitForCapacity(signal);
     } finally {
       const left = waitingForRoom.get(key)! - 1;
       if (left > 0) waitingForRoom.set(key, left);
       else waitingForRoom.delete(key);
+      deps.observe?.waitingForRoom?.(modelName(model), mode, left);
     }
   }
 

@@ -73,6 +73,21 @@ describe("prompt caches across eviction and restart", () => {
     expect(afterRestart.prompt_n).toBeLessThan(30);
   });
 
+  it("shows its loads: in /engines/state the last load times and whether a cache was restored, in /metrics their histogram", async () => {
+    // Since the restart: ai/talk loaded once, its cache restored.
+    const state = (await ask(tcp(), "GET", "/engines/state")).json();
+    expect(state.loads.in_progress).toEqual([]);
+    expect(state.loads.last["ai/talk:latest"]).toEqual([{ mode: "completion", seconds: expect.any(Number), cache_restored: true, at: expect.any(Number) }]);
+    await unloadAll();
+    await removeEntry((await entryOf("ai/other"))!);
+    await complete("ai/other", "a model whose cache is gone");
+    const metrics = (await ask(tcp(), "GET", "/metrics")).body;
+    expect(metrics).toMatch(/^# TYPE llamadock_runner_load_duration_seconds histogram$/m);
+    expect(metrics).toMatch(/^llamadock_runner_load_duration_seconds_count\{model="ai\/talk:latest",mode="completion",cache_restored="true"\} 1$/m);
+    expect(metrics).toMatch(/^llamadock_runner_load_duration_seconds_count\{model="ai\/other:latest",mode="completion",cache_restored="false"\} 1$/m);
+    expect(metrics).toMatch(/^llamadock_runner_load_duration_seconds_bucket\{model="ai\/talk:latest",mode="completion",cache_restored="true",le="\+Inf"\} 1$/m);
+  });
+
   it("ignores and removes a corrupt or truncated file, and one saved for another runner", async () => {
     await unloadAll();
     const talk = join(folder(), (await entryOf("ai/talk"))!);
