@@ -126,4 +126,24 @@ describe("prompt caches across eviction and restart", () => {
     const flags = await ask(tcp(), "POST", "/engines/_configure", { model: "ai/talk", "runtime-flags": ["--slot-save-path", "/tmp"] });
     expect(flags.status).toBe(400);
   });
+
+  it("a reload for settings that keep the cache's meaning (a keep-alive) saves it and restores it", async () => {
+    await complete("ai/talk", `${START}\nreload 1`);
+    expect((await ask(tcp(), "POST", "/engines/_configure", { model: "ai/talk", keep_alive: "10m" })).status).toBe(202);
+    // The old runner saved its slot as it stopped; the new one (preloaded, or loaded now) restored it.
+    const reloaded = await complete("ai/talk", `${START}\nreload 1\nreload 2`);
+    expect(reloaded.prompt_n).toBeLessThan(30);
+  });
+
+  it("drops the saves that a SIGTERM leaves no grace for", async () => {
+    await stack.restart({ SHUTDOWN_GRACE_MS: "0" });
+    const entry = (await entryOf("ai/talk"))!;
+    const before = await tokensIn(entry);
+    const turn = await complete("ai/talk", `${START}\nreload 1\nreload 2\nand a turn that is never saved`);
+    expect(turn.prompt_n).toBeLessThan(60);
+    // This process has no grace: its runner stops unsaved; the entry is as it was.
+    await stack.restart();
+    expect(await tokensIn(entry)).toBe(before);
+    expect(stack.server.output()).not.toMatch(/slot cache: .* not saved/);
+  });
 });
