@@ -86,7 +86,11 @@ async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, f
     signal?.throwIfAborted();
     const filename = await folder.checkout(key, slot);
     if (!filename) continue;
-    const answer = await slotAction(runner, slot, "restore", filename, signal);
+    // A restore that fails costs the cache, never the load (unless the load itself was called off).
+    const answer = await slotAction(runner, slot, "restore", filename, signal).catch((error: Error) => {
+      if (signal?.aborted) throw error;
+      return { ok: false, text: error.message, saved: 0 };
+    });
     if (answer.ok) restored++;
     else {
       log(`slot cache: ${spec.name}: slot ${slot} not restored (${answer.text}): removed`);
