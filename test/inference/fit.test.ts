@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "./harness.ts";
-import { ask } from "../support/http.ts";
+import { ask, openStream } from "../support/http.ts";
+import { until } from "../support/until.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts";
 import { llamadock } from "../cli/command.ts";
@@ -137,5 +138,31 @@ describe("will it fit", () => {
     expect(refused.stdout).toMatch(/does not fit: .*\nIt would fit with --context \d+\.\n$/);
     const json = await llamadock(["fit", "ai/long", "--json"], env);
     expect(JSON.parse(json.stdout)).toMatchObject({ fits: true, action: "loaded" });
+  });
+
+  it("waits for busy runners: the answer names them, the load waits for them, and the page's state shows it queued", async () => {
+    const endless = (model: string) => ({ model, prompt: "x", max_tokens: 1_000_000, ignore_eos: true, stream: true });
+    await ask(tcp(), "POST", "/engines/unload", { all: true });
+    // The endless generations go on past the tiny context of 512 tokens.
+    for (const model of ["ai/alpha", "ai/beta"]) expect((await ask(tcp(), "POST", "/engines/_configure", { model, "runtime-flags": ["--context-shift"] })).status).toBe(202);
+    const alpha = openStream(tcp(), "/v1/completions", endless("ai/alpha"));
+    await alpha.started;
+    const beta = openStream(tcp(), "/v1/completions", endless("ai/beta"));
+    await beta.started;
+    const { body } = await fit("model=ai/gamma");
+    expect(body).toMatchObject({ fits: true, action: "wait", evicts: [] });
+    expect(names(body.waits_for)).toEqual(["alpha", "beta"]);
+    const gamma = ask(tcp(), "POST", CHAT, chat("ai/gamma"));
+    const state = async () => (await ask(tcp(), "GET", "/engines/state")).json().loads;
+    await until(async () => (await state()).in_progress.some((l: { model: string; phase: string }) => short(l.model) === "gamma" && l.phase === "queued"), "gamma queued");
+    expect(await loaded()).toEqual(["alpha", "beta"]);
+    alpha.hangUp();
+    expect((await gamma).status).toBe(200);
+    expect(await loaded()).toEqual(["beta", "gamma"]);
+    beta.hangUp();
+    const after = await state();
+    expect(after.in_progress).toEqual([]);
+    // Its slot was saved when ai/long evicted it above: this load restored it.
+    expect(after.last["ai/gamma:latest"][0]).toMatchObject({ mode: "completion", seconds: expect.any(Number), cache_restored: true });
   });
 });
