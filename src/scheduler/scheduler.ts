@@ -390,10 +390,11 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (closed) throw shuttingDown();
       if (deleting.has(model.id)) throw modelNotFound(modelName(model));
       const runner = active.get(runnerKey(model.id, mode));
-      // Changed settings reload a loaded runner: it then gives its room back, and counts for nothing.
+      // Changed settings reload a loaded runner: idle, it gives its room back (the launch waits
+      // for that); busy, it keeps its room until its requests end, as a draining runner does.
       const replaced = runner && Object.keys(changes).length > 0 ? runner.options.spec.name : undefined;
       if (runner && !replaced) return { action: "loaded", runner: info(runner) };
-      const views = runnerViews().filter((v) => v.key !== replaced);
+      const views = runnerViews().filter((v) => v.key !== replaced || v.busy);
       const slots = settings.slots ?? deps.limits.slots;
       const decision = decideLaunch({ model, settings, slots, weights, memory, views, maxRunners: deps.limits.maxRunners });
       return fitAnswer(decision, views, (name) => {

@@ -92,6 +92,21 @@ describe("fit", () => {
     expect(await scheduler.fit(A, "completion", { contextSize: 512 })).toMatchObject({ action: "load", beside: [], contextSize: 512 });
   });
 
+  it("for changed settings of a busy runner, waits for it to drain, as the reload then does", async () => {
+    const { scheduler, lease, pending, finishLoads } = setup(1.5 * COST);
+    const held = await lease(A);
+    expect(await scheduler.fit(A, "completion", { contextSize: 512 })).toMatchObject({ action: "wait", waitsFor: [{ model: "ai/a:latest" }] });
+    scheduler.reload(A);
+    const next = scheduler.acquire(A, "completion");
+    await flush();
+    expect(pending).toHaveLength(0); // the new runner waits for the old one to drain
+    held.release();
+    await flush();
+    expect(pending).toHaveLength(1);
+    await finishLoads();
+    (await next).release();
+  });
+
   it("refuses a model too large with the 507 a load gives, naming the context that fits", async () => {
     const { scheduler, started } = setup(1.5 * COST);
     const refused = await scheduler.fit(A, "completion", { contextSize: 1 << 20 }).catch((e: unknown) => e);
