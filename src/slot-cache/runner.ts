@@ -15,12 +15,17 @@ export type SlotCacheHooks = {
   engine: () => Promise<string>;
   /** How long a stopping runner's saves may take now (0: none is made). */
   saveWithinMs: () => number;
+  /** How long a loading runner's restores may take in all; default a minute. */
+  restoreWithinMs?: number;
   /** Told when a runner begins restoring its slots. */
   restoring?: (spec: RunnerSpec) => void;
   /** Told how many slots a runner restored (0 when none). */
   restored?: (spec: RunnerSpec, slots: number) => void;
   log?: (line: string) => void;
 };
+
+/** How long a loading runner's restores may take in all, by default (a few GiB read from disk at most). */
+const RESTORE_TIMEOUT_MS = 60_000;
 
 /** Flags that change only where or how fast the cache is computed, not what it holds. */
 const PLACEMENT_FLAGS = new Set(["-t", "--threads", "-tb", "--threads-batch", "--threads-http", "-ngl", "--n-gpu-layers", "--gpu-layers", "--slot-save-path"]);
@@ -59,7 +64,7 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
     const runner = await start({ ...spec, extraArgs: [...(spec.extraArgs ?? []), "--slot-save-path", hooks.folder.dir] }, signal);
     try {
       hooks.restoring?.(spec);
-      const restored = await restore(runner, key, spec, hooks.folder, log, signal);
+      const restored = await restore(runner, key, spec, hooks, log, signal);
       hooks.restored?.(spec, restored);
     } catch (error) {
       await runner.stop().catch(() => {});
@@ -80,17 +85,26 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
 }
 
 /** Restores each slot that has a sound entry; one that llama-server refuses is removed. */
-async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, folder: SlotFolder, log: (line: string) => void, signal?: AbortSignal): Promise<number> {
+async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, signal?: AbortSignal): Promise<number> {
+  const { folder } = hooks;
+  const within = hooks.restoreWithinMs ?? RESTORE_TIMEOUT_MS;
   let restored = 0;
+  // A runner that does not answer its restores in time is left to serve without them (its
+  // entries stay: the file was sound): the load is never held up past this.
+  const late = AbortSignal.timeout(within);
   for (let slot = 0; slot < (spec.parallel ?? 1); slot++) {
     signal?.throwIfAborted();
     const filename = await folder.checkout(key, slot);
     if (!filename) continue;
     // A restore that fails costs the cache, never the load (unless the load itself was called off).
-    const answer = await slotAction(runner, slot, "restore", filename, signal).catch((error: Error) => {
+    const answer = await slotAction(runner, slot, "restore", filename, signal ? AbortSignal.any([signal, late]) : late).catch((error: Error) => {
       if (signal?.aborted) throw error;
       return { ok: false, text: error.message, saved: 0 };
     });
+    if (late.aborted) {
+      log(`slot cache: ${spec.name}: restores not done within ${within} ms: it serves without them`);
+      break;
+    }
     if (answer.ok) restored++;
     else {
       log(`slot cache: ${spec.name}: slot ${slot} not restored (${answer.text}): removed`);

@@ -1,9 +1,9 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createSlotFolder } from "../../src/slot-cache/folder.ts";
-import { withSlotCache } from "../../src/slot-cache/runner.ts";
+import { cacheKey, withSlotCache } from "../../src/slot-cache/runner.ts";
 import type { RunnerProcess, RunnerSpec } from "../../src/scheduler/types.ts";
 
 // A save that does not end in time is dropped and the runner stops anyway. The runner here is a
@@ -58,5 +58,22 @@ describe("a runner's saves", () => {
     await (await start(spec)).stop();
     expect(runner.stopped()).toBe(true);
     expect(runner.calls).toEqual([]);
+  });
+
+  it("a restore that does not end in time is given up, the entry kept, and the runner serves", async () => {
+    const folder = createSlotFolder(dir, 1 << 20);
+    // A sound entry for this runner, as a save would leave it.
+    const saver = stuckRunner();
+    const key = cacheKey(spec, "v");
+    const file = folder.saving(key, 0);
+    await writeFile(join(dir, file), new Uint8Array(100).fill(7));
+    await folder.commit(file, key, 0, 10);
+    const lines: string[] = [];
+    const start = withSlotCache(async () => saver.process, { folder, engine: async () => "v", saveWithinMs: () => 0, restoreWithinMs: 50, log: (line) => lines.push(line) });
+    const started = await start(spec);
+    expect(saver.calls).toEqual(["POST /slots/0?action=restore"]);
+    expect(lines).toEqual(["slot cache: m-completion-1: restores not done within 50 ms: it serves without them"]);
+    expect(await folder.checkout(key, 0)).toMatch(/-0\.bin$/);
+    await started.stop();
   });
 });
