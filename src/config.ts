@@ -148,6 +148,10 @@ const Settings = z.object({
   INFERENCE_MIN_CONTEXT: z.coerce.number().int().min(256).default(4096),
   // `off`: never budget or offload to a GPU, even where one is found.
   INFERENCE_GPU: z.enum(["auto", "off"]).default("auto"),
+  // Prompt caches saved when a runner stops and restored when it loads again (0: off).
+  INFERENCE_SLOT_CACHE_PATH: z.string().min(1).optional(),
+  INFERENCE_SLOT_CACHE_BUDGET: z.string().regex(BYTES_PATTERN, "a size like 4GiB or 0 (off)").default("4GiB").transform(parseBytes),
+  INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(5_000),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -208,20 +212,16 @@ function toConfig(s: z.infer<typeof Settings>) {
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
       responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxBytes: s.RESPONSES_STORE_MAX_BYTES, maxAgeMs: s.RESPONSES_STORE_TTL_MS },
       readyTimeoutMs: s.INFERENCE_READY_TIMEOUT_MS,
-      watch: {
-        healthTimeoutMs: s.INFERENCE_RUNNER_HEALTH_TIMEOUT_MS,
-        stallMs: s.INFERENCE_RUNNER_STALL_TIMEOUT_MS,
-        promptStallMs: s.INFERENCE_RUNNER_PROMPT_TIMEOUT_MS,
-      },
+      watch: { healthTimeoutMs: s.INFERENCE_RUNNER_HEALTH_TIMEOUT_MS, stallMs: s.INFERENCE_RUNNER_STALL_TIMEOUT_MS, promptStallMs: s.INFERENCE_RUNNER_PROMPT_TIMEOUT_MS },
       bounds: { timeoutMs: s.INFERENCE_REQUEST_TIMEOUT_MS, maxTokens: s.INFERENCE_MAX_TOKENS, clientStallMs: s.INFERENCE_CLIENT_STALL_TIMEOUT_MS },
       runtimeDir: s.INFERENCE_RUNTIME_DIR,
-      logDir: s.INFERENCE_LOG_DIR,
-      logsKept: s.INFERENCE_LOGS_KEPT,
+      logDir: s.INFERENCE_LOG_DIR, logsKept: s.INFERENCE_LOGS_KEPT,
       metricsCacheMs: s.INFERENCE_METRICS_CACHE_MS,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
       batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
+      slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },
     },
   };
 }

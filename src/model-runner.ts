@@ -91,6 +91,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       runners: () => inference.scheduler.runners(),
       models: () => store.list(),
       pulls: () => models.pulls(),
+      loads: () => inference.loads.view(),
       runDir: config.inference.runtimeDir,
       notBrowser: runningText,
       ending: streamsEnd.signal,
@@ -119,6 +120,8 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     policy: config.security,
     drain: async (graceMs) => {
       streamsEnd.abort();
+      // The runners' caches are saved as they stop, within what is left of the grace.
+      inference.slotCache?.shutdownBy(Date.now() + graceMs);
       // Batch lines running end first (none is cut short, to be run again); no other starts.
       await batches.stop(graceMs);
       return drain.drain(graceMs, idle);

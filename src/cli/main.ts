@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { CliError, createClient, type ClientOptions } from "./client.ts";
 import { engineCommands } from "./engines.ts";
+import { fitCommand } from "./fit.ts";
 import { modelCommands } from "./models.ts";
 import { pushCommands } from "./push.ts";
 import { runCommand } from "./run.ts";
@@ -29,6 +30,7 @@ export function buildProgram(): Command {
   runCommand(program, clientFor);
   engineCommands(program, clientFor, version);
   usageCommand(program, clientFor);
+  fitCommand(program, clientFor);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

@@ -13,6 +13,7 @@ import { formatSize } from "../models/gguf.ts";
 import { diskUsage } from "./disk.ts";
 import type { StartRunner } from "../scheduler/types.ts";
 import { engineRoutes } from "./engines.ts";
+import { fitRoutes } from "./fit.ts";
 import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 import { createMediaInliner } from "./media/fetch.ts";
@@ -22,6 +23,8 @@ import { usageFamilies } from "../usage/metrics.ts";
 import { usageRoutes } from "../usage/routes.ts";
 import { createLimiter } from "../keys/limits.ts";
 import { LOCAL_CALLER } from "../keys/keyring.ts";
+import { createSlotCache, type SlotCache } from "../slot-cache/index.ts";
+import { createLoads, LOAD_HISTOGRAM, LOAD_HISTOGRAM_HELP, type Loads } from "./loads.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
@@ -30,7 +33,7 @@ import { LOCAL_CALLER } from "../keys/keyring.ts";
 const REMOTE_MEDIA_LIMITS = { maxBytes: 10 * 1024 * 1024, timeoutMs: 10_000 };
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
-export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; stop(): Promise<void> };
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; loads: Loads; stop(): Promise<void> };
 
 export function createInference(
   config: Config["inference"],
@@ -42,10 +45,13 @@ export function createInference(
   // Usage per key and model, kept across restarts; each key's limits.
   const ledger = openLedger(config.usagePath);
   const limiter = createLimiter();
-  const metrics = createMetrics(() => usageFamilies(ledger, limiter));
+  const loads = createLoads();
+  const metrics = createMetrics(() => [...usageFamilies(ledger, limiter), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);
   const settings = createSettingsStore(config.settingsPath);
+  const slotCache = createSlotCache(config.slotCache);
+  const serving = servingFiles(store, launcher.start);
   const scheduler = createScheduler({
-    start: servingFiles(store, launcher.start),
+    start: loads.track(slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version, loads) : serving),
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -57,7 +63,7 @@ export function createInference(
       ...(config.threads ? { threads: config.threads } : {}),
       watch: config.watch,
     },
-    observe: metrics.observer,
+    observe: { ...metrics.observer, waitingForRoom: loads.waitingForRoom },
     memory: memoryLimits(config.memory, runtime, launcher.binary),
     // Runner names (their logs') go on from the previous run's, never repeat them: see firstSerial.
     firstSerial: Date.now(),
@@ -88,12 +94,13 @@ export function createInference(
       engineVersion: async () => (await launcher.binary()).version,
       diskUsage: () => diskUsage(store, launcher.binary),
     }),
+    ...fitRoutes({ store, scheduler }),
   ];
   const stop = async () => {
     await scheduler.stopAll();
     await ledger.flush();
   };
-  return { routes, deps, scheduler, settings, stop };
+  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), loads, stop };
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { MemoryLimits, Sizing } from "./memory/sizing.ts";
 import type { Lease, RunnerState } from "./runner.ts";
-import type { SettingsStore } from "./settings.ts";
+import type { FitAnswer } from "./fit.ts";
+import type { ModelSettings, SettingsStore } from "./settings.ts";
 import type { Mode, ModelRef, RunnerWish, StartRunner } from "./types.ts";
 import type { WatchLimits } from "./watchdog.ts";
 
@@ -50,6 +51,8 @@ export type SchedulerObserver = {
   loaded?(model: string, mode: Mode, ms: number): void;
   loadFailed?(model: string, mode: Mode): void;
   crashed?(model: string, mode: Mode): void;
+  /** Requests now waiting for room to launch the model's runner (0: none any more). */
+  waitingForRoom?(model: string, mode: Mode, waiting: number): void;
 };
 
 export type RunnerInfo = {
@@ -93,6 +96,13 @@ export interface Scheduler {
   reload(model: ModelRef): void;
   /** The memory budget and what the runners use of it; undefined when none is kept. */
   memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
+  /**
+   * What a load of the model for `mode` would do now, with these settings changed (as configure
+   * would change them, which reloads its runner), without doing it: the launch's own plan on the
+   * same snapshot. Throws what the load would: the 507 of a model too large even alone, the 404 of
+   * one being deleted, the 503 of a full queue.
+   */
+  fit(model: ModelRef, mode: Mode, changes?: ModelSettings): Promise<FitAnswer>;
   /** Fetches each ready runner's `/metrics`, with its model and mode. */
   scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
   stopAll(): Promise<void>;

@@ -46,5 +46,17 @@ export function describe(cause: unknown): string {
   return typeof code === "string" && !cause.message.includes(code) ? `${cause.message}: ${code}` : cause.message;
 }
 
-/** A model whose estimate exceeds the whole memory budget: no eviction can make room. */
-export const modelTooLarge = (message: string) => new HttpError(507, "unavailable_error", "model_too_large", message);
+/**
+ * A model whose estimate exceeds the whole memory budget: no eviction can make room. It keeps the
+ * numbers its message names, for answers that give them as fields (the fit answer).
+ */
+export class ModelTooLarge extends HttpError {
+  readonly need: TooLarge;
+  constructor(message: string, need: TooLarge) {
+    super(507, "unavailable_error", "model_too_large", message);
+    this.need = need;
+  }
+}
+
+/** The estimate at the context asked for, the budget, and the largest context that fits alone (none: no context does). */
+export type TooLarge = { totalBytes: number; contextSize: number; budgetBytes: number; fittingContext: number | undefined };

@@ -55,10 +55,14 @@ export type LaunchSnapshot = {
 /** A set of runner keys, as a Set or the keys of a Map. */
 export type Keys = { has(key: string): boolean };
 
+/**
+ * `runner` in evict and wait: what it would launch once there is room, as decided now (the fit
+ * answer reports it; the scheduler plans afresh after the unloads or the wait).
+ */
 export type LaunchPlan =
   | { kind: "launch"; runner: RunnerOptions }
-  | { kind: "evict"; names: string[] }
-  | { kind: "wait" }
+  | { kind: "evict"; names: string[]; runner: RunnerOptions }
+  | { kind: "wait"; waitsFor: string[]; runner: RunnerOptions }
   | { kind: "refuse"; error: HttpError };
 
 /**
@@ -93,12 +97,15 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
   const sizing = sized?.sizing;
   const need: MemoryNeed | undefined = sizing && memory && { bytes: sizing.estimate.total, budget: memory.limits.budget.bytes };
   const eviction = pickEviction(views, limits.maxRunners, need);
-  if (eviction.kind === "evict") return { kind: "evict", names: eviction.keys };
+  const runner = runnerOptions({ ...snapshot, settings }, model, mode, slots, sizing);
+  if (eviction.kind === "evict") return { kind: "evict", names: eviction.keys, runner };
   if (eviction.kind === "wait") {
     // Those waiting for room are bounded by the queue rules, as those waiting at a runner are.
-    return snapshot.waitingForRoom >= slots + limits.queueDepth ? { kind: "refuse", error: queueFull(modelName(model)) } : { kind: "wait" };
+    if (snapshot.waitingForRoom >= slots + limits.queueDepth) return { kind: "refuse", error: queueFull(modelName(model)) };
+    // What holds the room: runners serving, loading, on their way out, or pinned.
+    return { kind: "wait", waitsFor: views.filter((v) => v.busy || v.stopping || v.pinned).map((v) => v.key), runner };
   }
-  return { kind: "launch", runner: runnerOptions({ ...snapshot, settings }, model, mode, slots, sizing) };
+  return { kind: "launch", runner };
 }
 
 /**
@@ -106,7 +113,7 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
  * when its requests end, which may be long: it counts as busy, so an idle runner is evicted rather
  * than waited for.
  */
-const evictionView = (r: RunnerSnapshot, pinned: Keys): RunnerView => ({
+export const evictionView = (r: RunnerSnapshot, pinned: Keys): RunnerView => ({
   key: r.name,
   busy: r.busy,
   stopping: r.leaving && !(r.state === "draining" && r.busy),

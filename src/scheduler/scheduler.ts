@@ -5,8 +5,11 @@ import { planLaunch, planServe, wantedContext, type LaunchSnapshot, type RunnerS
 import { keepAliveAfterRequest, planAfter, planDelete, planRebalance, unloadable, type RunnerEvent } from "./lifecycle-plan.ts";
 import { runnerKey } from "./policy.ts";
 import { Runner, type RunnerEvents, type RunnerOptions } from "./runner.ts";
+import { runnerInfo, runnerSnapshot } from "./views.ts";
 import { modelBytes } from "./memory/detect.ts";
 import type { MemoryLimits } from "./memory/sizing.ts";
+import type { ModelSettings } from "./settings.ts";
+import { fitAnswer, fitRunners } from "./fit.ts";
 import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
 import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 
@@ -15,6 +18,9 @@ import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 // the single writer of the runners' state: each decision is a pure plan (launch-plan.ts,
 // lifecycle-plan.ts) made from a snapshot of that state, and applied in the same synchronous step,
 // so no await separates a check from its effect.
+
+/** The memory budget and the model's weights, read once a launch is considered. */
+type Budget = { memory: MemoryLimits | undefined; weights: number };
 
 export type { RunnerInfo, Scheduler, SchedulerDeps, SchedulerLimits, SchedulerObserver } from "./api.ts";
 
@@ -32,21 +38,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
 
-  /** A runner as listings (and `unload`'s match) see it. */
-  const info = (runner: Runner): RunnerInfo => ({
-    model: runner.options.model,
-    modelId: runner.options.modelId,
-    mode: runner.options.mode,
-    state: runner.state,
-    inUse: runner.inUse,
-    waiting: runner.waiting,
-    lastUsed: runner.lastUsed,
-    keepAlive: runner.keepAlive,
-    threads: runner.options.threads,
-    pinned: pinned.has(runner.options.key),
-    ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
-    ...(runner.options.memory ? { memory: runner.options.memory } : {}),
-  });
+  const info = (runner: Runner): RunnerInfo => runnerInfo(runner, pinned.has(runner.options.key));
 
   const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
     [...runners].filter((r) => r.options.modelId === model.id);
@@ -54,19 +46,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   // The state as the plans see it: read, decided on and acted upon in one synchronous step.
   const everyRunner = () => [...active.values(), ...leaving];
   const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
-  const snapshotOf = (r: Runner): RunnerSnapshot => ({
-    name: r.options.spec.name,
-    key: r.options.key,
-    state: r.state,
-    busy: r.busy,
-    leaving: leaving.has(r),
-    lastUsed: r.lastUsed,
-    bytes: r.options.memory?.total ?? 0,
-    threads: r.options.threads,
-    threadsFixed: r.options.threadsFixed,
-    ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
-    ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
-  });
+  const snapshotOf = (r: Runner): RunnerSnapshot => runnerSnapshot(r, leaving.has(r));
 
   const notifyCapacity = () => {
     const waiters = [...capacityWaiters];
@@ -143,7 +123,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     const key = runnerKey(model.id, mode);
     const wanted = wantedContext(pinned.has(key), wish.contextSize);
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
-    let budget: { memory: MemoryLimits | undefined; weights: number } | undefined;
+    let budget: Budget | undefined;
     const loaded = () => {
       signal?.throwIfAborted();
       if (closed) throw shuttingDown();
@@ -161,39 +141,47 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const settings = await deps.settings.get(model.id);
       if (loaded()) continue;
       if (!budget) {
-        const memory = await deps.memory?.();
-        budget = { memory, weights: memory ? await (deps.modelBytes ?? modelBytes)(model) : 0 };
+        budget = await readBudget(model);
         continue; // what was read above may have changed meanwhile: decide afresh
       }
-      const { memory, weights } = budget;
-      const snapshot: LaunchSnapshot = {
-        runners: everyRunner().map(snapshotOf),
-        pinned,
-        limits: deps.limits,
-        settings,
-        ...(wanted !== undefined ? { wantedContext: wanted } : {}),
-        ...(memory ? { memory: { limits: memory, weights } } : {}),
-        waitingForRoom: waitingForRoom.get(key) ?? 0,
-        serial: serial + 1,
-      };
-      const plan = planLaunch(snapshot, model, mode);
+      const plan = planLaunch(launchSnapshot(key, settings, wanted, budget), model, mode);
       if (plan.kind === "launch") return use(launch(plan.runner));
       if (plan.kind === "refuse") throw plan.error;
       // The unloads go on if the client leaves; only the wait for them ends.
       if (plan.kind === "evict") await unlessAborted(Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!))), signal);
-      else await waitForRoom(key, signal);
+      else await waitForRoom(key, model, mode, signal);
     }
   }
 
+  const readBudget = async (model: ModelRef): Promise<Budget> => {
+    const memory = await deps.memory?.();
+    return { memory, weights: memory ? await (deps.modelBytes ?? modelBytes)(model) : 0 };
+  };
+
+  /** What a launch of `key` decides on: the runners as they are now (or as `runners` gives them). */
+  const launchSnapshot = (key: string, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, runners = everyRunner().map(snapshotOf)): LaunchSnapshot => ({
+    runners,
+    pinned,
+    limits: deps.limits,
+    settings,
+    ...(wanted !== undefined ? { wantedContext: wanted } : {}),
+    ...(memory ? { memory: { limits: memory, weights } } : {}),
+    waitingForRoom: waitingForRoom.get(key) ?? 0,
+    serial: serial + 1,
+  });
+
   /** Waits for room to launch, counted among those waiting for it (which the plan bounds). */
-  async function waitForRoom(key: string, signal?: AbortSignal): Promise<void> {
-    waitingForRoom.set(key, (waitingForRoom.get(key) ?? 0) + 1);
+  async function waitForRoom(key: string, model: ModelRef, mode: Mode, signal?: AbortSignal): Promise<void> {
+    const count = (n: number) => {
+      if (n > 0) waitingForRoom.set(key, n);
+      else waitingForRoom.delete(key);
+      deps.observe?.waitingForRoom?.(modelName(model), mode, n);
+    };
+    count((waitingForRoom.get(key) ?? 0) + 1);
     try {
       await waitForCapacity(signal);
     } finally {
-      const left = waitingForRoom.get(key)! - 1;
-      if (left > 0) waitingForRoom.set(key, left);
-      else waitingForRoom.delete(key);
+      count(waitingForRoom.get(key)! - 1);
     }
   }
 
@@ -256,6 +244,24 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     },
     reload(model) {
       for (const runner of ofModel(model)) replace(runner);
+    },
+    async fit(model, mode, changes = {}) {
+      const key = runnerKey(model.id, mode);
+      const settings = { ...(await deps.settings.get(model.id)), ...changes };
+      const budget = await readBudget(model);
+      // From here on, one synchronous step, as a launch decides.
+      if (closed) throw shuttingDown();
+      if (deleting.has(model.id)) throw modelNotFound(modelName(model));
+      const runner = active.get(key);
+      const changed = Object.keys(changes).length > 0;
+      if (runner && !changed && planServe(snapshotOf(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
+      const runners = fitRunners(everyRunner().map(snapshotOf), runner?.options.spec.name);
+      const plan = planLaunch(launchSnapshot(key, settings, undefined, budget, runners), model, mode);
+      if (plan.kind === "refuse") throw plan.error;
+      return fitAnswer(plan, runners, pinned, (name) => {
+        const r = runnerByName(name);
+        return r && { model: r.options.model, mode: r.options.mode, bytes: r.options.memory?.total ?? 0 };
+      });
     },
     async scrape(path) {
       // Runners not ready (or gone meanwhile) answer undefined and are left out.

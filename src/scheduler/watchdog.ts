@@ -6,7 +6,8 @@
 // - A streamed generation sends a chunk per token: when nothing at all comes from the runner for
 //   the stall limit while it streams, its generation loop is stuck. A prompt being processed sends
 //   nothing (one batch may hold up every slot for many seconds on a CPU), so while any request has
-//   not had its first byte the longer prompt limit applies. A whole (not streamed) answer sends
+//   not had the first byte of its body the longer prompt limit applies (a streamed answer's headers
+//   come at once, before its prompt is processed: they are a sign of life, not an answer). A whole (not streamed) answer sends
 //   nothing until it is done: requests of that kind alone are left to /health and to the request
 //   time limit. SSE pings (comment lines, which llama-server's HTTP thread writes while the
 //   generation is silent) are not signs of life.
@@ -24,7 +25,10 @@ export type WatchLimits = {
 
 /** One request handed to the runner, as the watchdog follows it. */
 export interface Watched {
-  /** Bytes came from the runner for it (its answer's headers, a chunk of its body). */
+  /**
+   * Bytes came from the runner for it: a chunk of its body, or (none given) its answer's headers,
+   * which count as life but leave it waiting for its first token.
+   */
   heard(chunk?: Uint8Array): void;
   end(): void;
 }
@@ -65,7 +69,7 @@ export class Watchdog {
     return {
       heard: (chunk) => {
         if (chunk && onlyComments(chunk)) return;
-        request.answered = true;
+        if (chunk) request.answered = true;
         this.lastHeard = Date.now();
       },
       end: () => void this.requests.delete(request),

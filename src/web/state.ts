@@ -11,6 +11,8 @@ export type StateDeps = {
   runners: () => RunnerInfo[];
   models: () => Promise<StoredModel[]>;
   pulls: () => PullStatus[];
+  /** Loads in progress and the last loads of each model (see inference/loads.ts). */
+  loads?: () => unknown;
   /** The sidecar's pid files (`<id12>-<mode>-<serial>.pid`), for the runners' memory. */
   runDir: string;
 };
@@ -49,7 +51,7 @@ export async function liveState(deps: StateDeps) {
     parameters: m.config.parameters ?? null,
     quantization: m.config.quantization ?? null,
   }));
-  return { runners, models, pulls: deps.pulls() };
+  return { runners, models, pulls: deps.pulls(), loads: deps.loads?.() ?? null };
 }
 
 /**

@@ -94,6 +94,35 @@ describe("planLaunch: evict, wait or refuse", () => {
   });
 });
 
+describe("planLaunch: evict and wait tell what they launch once there is room, and what holds the room", () => {
+  it.each<[string, Partial<LaunchSnapshot>, object]>([
+    [
+      "evict: the runner it then launches, as decided now",
+      { runners: [runner("x", 5), runner("y", 1)], ...settings({ contextSize: 2048 }) },
+      { kind: "evict", names: ["y"], runner: { key: "sha256:a/completion", spec: { contextSize: 2048 } } },
+    ],
+    ["wait for busy runners: names them", { runners: [runner("x", 1, busy), runner("y", 2, busy)] }, { kind: "wait", waitsFor: ["x", "y"], runner: { key: "sha256:a/completion" } }],
+    [
+      "wait for one stopping: names it, and the busy one",
+      { runners: [runner("x", 1, busy), runner("y", 2, { leaving: true, state: "stopping" })] },
+      { kind: "wait", waitsFor: ["x", "y"] },
+    ],
+    ["wait for pinned idle runners: names them", { runners: [runner("x", 1), runner("y", 2)], pinned: new Set(["sha256:x/completion", "sha256:y/completion"]) }, { kind: "wait", waitsFor: ["x", "y"] }],
+    [
+      "a replaced runner still serving holds its room: named",
+      { limits: { ...snapshot().limits, maxRunners: 1 }, runners: [runner("x", 1, { busy: true, leaving: true, state: "draining" })] },
+      { kind: "wait", waitsFor: ["x"] },
+    ],
+  ])("%s", (_, given, plan) => {
+    expect(planLaunch(snapshot(given), A, "completion")).toMatchObject(plan);
+  });
+
+  it("evict and wait carry the estimate the launch would have", () => {
+    const plan = planLaunch(snapshot({ memory: budget(cost(4096)), limits: { ...snapshot().limits, maxRunners: 1 }, runners: [runner("x", 1, busy)] }), SIZED, "completion");
+    expect(plan).toMatchObject({ kind: "wait", waitsFor: ["x"], runner: { spec: { contextSize: 4096 }, memory: { total: cost(4096), where: "cpu" } } });
+  });
+});
+
 describe("planLaunch: what a launch starts with", () => {
   const launched = (given: Partial<LaunchSnapshot>, mode: Mode = "completion", m = A) => {
     const plan = planLaunch(snapshot(given), m, mode);

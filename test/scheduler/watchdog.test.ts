@@ -6,6 +6,8 @@ import { Watchdog, type WatchLimits } from "../../src/scheduler/watchdog.ts";
 // the limits, never times.
 
 const LIMITS: WatchLimits = { healthTimeoutMs: 100, stallMs: 400, promptStallMs: 2_000 };
+/** A chunk of a streamed answer's body: a token. */
+const TOKEN = new TextEncoder().encode('data: {"choices":[]}\n\n');
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const answers = async () => {};
 const refuses = async () => {
@@ -41,7 +43,7 @@ describe("the runner watchdog", () => {
   it("gives up on a streaming runner that sends nothing past the stall limit", async () => {
     const { dog, hung } = watch(answers);
     const request = dog.track(true);
-    request.heard();
+    request.heard(TOKEN);
     await sleep(1_200);
     expect(hung).toHaveLength(1);
     expect(hung[0]).toMatch(/^it sent nothing for \d+ ms during a generation$/);
@@ -50,7 +52,7 @@ describe("the runner watchdog", () => {
   it("takes a stream that keeps sending for alive, and SSE pings for silence", async () => {
     const { dog, hung } = watch(answers);
     const request = dog.track(true);
-    request.heard();
+    request.heard(TOKEN);
     for (let i = 0; i < 12; i++) {
       await sleep(50);
       request.heard(new TextEncoder().encode('data: {"choices":[]}\n\n'));
@@ -66,13 +68,25 @@ describe("the runner watchdog", () => {
   it("waits the prompt limit while a request has had no byte yet (a prompt being processed)", async () => {
     const { dog, hung } = watch(answers);
     const generating = dog.track(true);
-    generating.heard();
+    generating.heard(TOKEN);
     dog.track(true); // its prompt holds up every slot
     await sleep(1_200);
     expect(hung).toEqual([]);
     await sleep(2_000);
     expect(hung).toHaveLength(1);
     expect(hung[0]).toMatch(/while a prompt was processed$/);
+  });
+
+  it("takes a streamed answer's headers for life, not for its first token: its prompt gets the prompt limit", async () => {
+    const { dog, hung } = watch(answers);
+    const request = dog.track(true);
+    request.heard(); // llama-server sends a stream's headers before it processes the prompt
+    await sleep(1_200);
+    expect(hung).toEqual([]);
+    request.heard(TOKEN);
+    await sleep(1_200);
+    expect(hung).toHaveLength(1);
+    expect(hung[0]).toMatch(/during a generation$/);
   });
 
   it("never judges whole answers by their silence, nor a runner whose requests ended", async () => {

@@ -66,6 +66,10 @@ describe("the page", () => {
     // Live: a runner loaded elsewhere shows up without a reload.
     await ask({ url: stack.url }, "POST", "/v1/completions", { model: "ai/small", prompt: "a", max_tokens: 1 });
     await page.waitForFunction(() => document.querySelector("#runners tbody")?.textContent?.includes("ai/small:latest"));
+    // Each model's last load, how long it took, and that it is ready.
+    await page.waitForFunction(() => document.querySelector("#loads tbody")?.textContent?.includes("ai/small:latest"));
+    const loads = await page.$$eval("#loads tbody tr", (rows) => rows.map((r) => r.textContent));
+    expect(loads.sort()).toEqual([expect.stringMatching(/^ai\/small:latestready\d+\.\d\d s$/), expect.stringMatching(/^ai\/tiny:latestready\d+\.\d\d s$/)]);
     await shot("overview");
   });
 

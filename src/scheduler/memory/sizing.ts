@@ -1,5 +1,5 @@
 import { formatSize } from "../../models/gguf.ts";
-import { modelTooLarge } from "../errors.ts";
+import { ModelTooLarge } from "../errors.ts";
 import type { HttpError } from "../../http/errors.ts";
 import type { MemoryBudget } from "./budget.ts";
 import { estimateMemory, flagValue, largestFittingContext, shapeOf, type Estimate } from "./estimate.ts";
@@ -76,7 +76,7 @@ function check(model: ModelRef, sizing: Sizing, limits: MemoryLimits, fitting: (
   const name = model.tags[0] ?? model.id;
   const where = sizing.where === "gpu" ? "GPU memory" : "memory";
   const message = `model ${name} needs ${formatSize(total)} (${parts}) but the ${where} budget is ${formatSize(limits.budget.bytes)}; ${hint}`;
-  return { kind: "refuse", error: modelTooLarge(message) };
+  return { kind: "refuse", error: new ModelTooLarge(message, { totalBytes: total, contextSize, budgetBytes: limits.budget.bytes, fittingContext: context }) };
 }
 
 /**

@@ -1,0 +1,35 @@
+import type { RunnerInfo } from "./api.ts";
+import type { RunnerSnapshot } from "./launch-plan.ts";
+import type { Runner } from "./runner.ts";
+
+// A runner as others see it: as listings (and `unload`'s match) do, and as the plans do.
+
+export const runnerInfo = (runner: Runner, pinned: boolean): RunnerInfo => ({
+  model: runner.options.model,
+  modelId: runner.options.modelId,
+  mode: runner.options.mode,
+  state: runner.state,
+  inUse: runner.inUse,
+  waiting: runner.waiting,
+  lastUsed: runner.lastUsed,
+  keepAlive: runner.keepAlive,
+  threads: runner.options.threads,
+  pinned,
+  ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
+  ...(runner.options.memory ? { memory: runner.options.memory } : {}),
+});
+
+/** `leaving`: taken out of service (unloading, or replaced and finishing its requests). */
+export const runnerSnapshot = (r: Runner, leaving: boolean): RunnerSnapshot => ({
+  name: r.options.spec.name,
+  key: r.options.key,
+  state: r.state,
+  busy: r.busy,
+  leaving,
+  lastUsed: r.lastUsed,
+  bytes: r.options.memory?.total ?? 0,
+  threads: r.options.threads,
+  threadsFixed: r.options.threadsFixed,
+  ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
+  ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
+});

@@ -1,0 +1,34 @@
+import type { StartRunner } from "../scheduler/types.ts";
+import { createSlotFolder } from "./folder.ts";
+import { withSlotCache, type SlotCacheHooks } from "./runner.ts";
+
+// Prompt caches across eviction and restart (see runner.ts and folder.ts), as the server wires them.
+
+export type SlotCacheSettings = {
+  /** The folder; llama-server reads and writes there. */
+  path: string;
+  /** Bytes the folder may hold; 0: no cache is saved or restored. */
+  budgetBytes: number;
+  /** How long the saves of one stopping runner may take. */
+  saveTimeoutMs: number;
+};
+
+export type SlotCache = {
+  /** Runners started with their slots restored, and saved when they stop. */
+  wrap(start: StartRunner, engine: () => Promise<string>, observe?: Pick<SlotCacheHooks, "restoring" | "restored">): StartRunner;
+  /** On SIGTERM: saves made from now on end by `deadline` (ms since the epoch), or are dropped. */
+  shutdownBy(deadline: number): void;
+};
+
+export function createSlotCache(settings: SlotCacheSettings): SlotCache | undefined {
+  if (settings.budgetBytes <= 0) return undefined;
+  const folder = createSlotFolder(settings.path, settings.budgetBytes);
+  let deadline = Infinity;
+  return {
+    wrap: (start, engine, observe = {}) =>
+      withSlotCache(start, { folder, engine, saveWithinMs: () => Math.min(settings.saveTimeoutMs, deadline - Date.now()), ...observe }),
+    shutdownBy(at) {
+      deadline = Math.min(deadline, at);
+    },
+  };
+}

@@ -1,0 +1,146 @@
+import { basename } from "node:path";
+import type { RunnerProcess, RunnerSpec, StartRunner } from "../scheduler/types.ts";
+import type { CacheKey, SlotFolder } from "./folder.ts";
+
+// A completion runner's prompt caches outlive it: when it is stopped (evicted, expired, unloaded,
+// reloaded, SIGTERM; not when it crashed or was killed for hanging), each slot holding a prompt
+// is saved with llama-server's slot API into the folder; when a runner with the same key starts,
+// the saved slots are restored before it serves its first request, so a conversation that goes
+// on reuses its cache instead of processing its whole prompt again. Only we call the slot API:
+// clients never reach it, and never name a file.
+
+export type SlotCacheHooks = {
+  folder: SlotFolder;
+  /** llama-server's version: a cache another engine saved is never loaded. */
+  engine: () => Promise<string>;
+  /** How long a stopping runner's saves may take now (0: none is made). */
+  saveWithinMs: () => number;
+  /** How long a loading runner's restores may take in all; default a minute. */
+  restoreWithinMs?: number;
+  /** Told when a runner begins restoring its slots. */
+  restoring?: (spec: RunnerSpec) => void;
+  /** Told how many slots a runner restored (0 when none). */
+  restored?: (spec: RunnerSpec, slots: number) => void;
+  log?: (line: string) => void;
+};
+
+/** How long a loading runner's restores may take in all, by default (a few GiB read from disk at most). */
+const RESTORE_TIMEOUT_MS = 60_000;
+
+/** Flags that change only where or how fast the cache is computed, not what it holds. */
+const PLACEMENT_FLAGS = new Set(["-t", "--threads", "-tb", "--threads-batch", "--threads-http", "-ngl", "--n-gpu-layers", "--gpu-layers", "--slot-save-path"]);
+
+/** The key of a runner's caches: the model's blob (its digest), the engine, and every setting that changes the cache. */
+export function cacheKey(spec: RunnerSpec, engine: string): CacheKey {
+  const flags: string[] = [];
+  const args = spec.extraArgs ?? [];
+  for (let i = 0; i < args.length; i++) {
+    const [flag, inline] = args[i]!.split("=", 2);
+    if (!PLACEMENT_FLAGS.has(flag!)) flags.push(args[i]!);
+    else if (inline === undefined && args[i + 1] !== undefined && !args[i + 1]!.startsWith("-")) i++;
+  }
+  return {
+    engine,
+    model: basename(spec.modelPath),
+    mmproj: spec.mmprojPath && basename(spec.mmprojPath),
+    contextSize: spec.contextSize,
+    parallel: spec.parallel ?? 1,
+    flags,
+  };
+}
+
+export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartRunner {
+  const log = hooks.log ?? ((line: string) => console.error(line));
+  return async (spec, signal) => {
+    // Embeddings and reranking hold no conversation.
+    if (spec.mode !== "completion") return start(spec, signal);
+    const key = cacheKey(spec, await hooks.engine());
+    // A folder that cannot be used (a read-only disk) costs the cache, never the load.
+    const usable = await hooks.folder.prune().then(
+      () => true,
+      (error: Error) => (log(`slot cache: ${hooks.folder.dir} cannot be used (${error.message}): runners start without it`), false),
+    );
+    if (!usable) return start(spec, signal);
+    const runner = await start({ ...spec, extraArgs: [...(spec.extraArgs ?? []), "--slot-save-path", hooks.folder.dir] }, signal);
+    try {
+      hooks.restoring?.(spec);
+      const restored = await restore(runner, key, spec, hooks, log, signal);
+      hooks.restored?.(spec, restored);
+    } catch (error) {
+      await runner.stop().catch(() => {});
+      throw error;
+    }
+    return {
+      fetch: runner.fetch,
+      exited: runner.exited,
+      running: () => runner.running(),
+      kill: () => runner.kill(),
+      stop: async () => {
+        // A runner unloaded while it loaded has nothing new to keep.
+        if (!signal?.aborted) await save(runner, key, spec, hooks, log).catch((error: Error) => log(`slot cache: ${spec.name}: not saved: ${error.message}`));
+        await runner.stop();
+      },
+    };
+  };
+}
+
+/** Restores each slot that has a sound entry; one that llama-server refuses is removed. */
+async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, signal?: AbortSignal): Promise<number> {
+  const { folder } = hooks;
+  const within = hooks.restoreWithinMs ?? RESTORE_TIMEOUT_MS;
+  let restored = 0;
+  // A runner that does not answer its restores in time is left to serve without them (its
+  // entries stay: the file was sound): the load is never held up past this.
+  const late = AbortSignal.timeout(within);
+  for (let slot = 0; slot < (spec.parallel ?? 1); slot++) {
+    signal?.throwIfAborted();
+    const filename = await folder.checkout(key, slot);
+    if (!filename) continue;
+    // A restore that fails costs the cache, never the load (unless the load itself was called off).
+    const answer = await slotAction(runner, slot, "restore", filename, signal ? AbortSignal.any([signal, late]) : late).catch((error: Error) => {
+      if (signal?.aborted) throw error;
+      return { ok: false, text: error.message, saved: 0 };
+    });
+    if (late.aborted) {
+      log(`slot cache: ${spec.name}: restores not done within ${within} ms: it serves without them`);
+      break;
+    }
+    if (answer.ok) restored++;
+    else {
+      log(`slot cache: ${spec.name}: slot ${slot} not restored (${answer.text}): removed`);
+      await folder.discard(key, slot);
+    }
+  }
+  return restored;
+}
+
+/** Saves every slot that holds a prompt, within the time the hooks give; a save not done by then is dropped. */
+async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void): Promise<void> {
+  const ms = hooks.saveWithinMs();
+  if (ms <= 0 || !runner.running()) return;
+  const deadline = AbortSignal.timeout(ms);
+  const response = await runner.fetch("http://runner/slots", { signal: deadline });
+  if (!response.ok) throw new Error(`/slots answered ${response.status}`);
+  const slots = ((await response.json()) as { id: number; n_prompt_tokens?: number }[]).filter((s) => (s.n_prompt_tokens ?? 0) > 0);
+  await Promise.all(
+    slots.map(async ({ id }) => {
+      const file = hooks.folder.saving(key, id);
+      const answer = await slotAction(runner, id, "save", file, deadline).catch((error: Error) => ({ ok: false, text: error.message, saved: 0 }));
+      if (answer.ok) return hooks.folder.commit(file, key, id, answer.saved);
+      hooks.folder.abandon(file);
+      log(`slot cache: ${spec.name}: slot ${id} not saved (${answer.text})`);
+    }),
+  );
+}
+
+async function slotAction(runner: RunnerProcess, slot: number, action: "save" | "restore", filename: string, signal?: AbortSignal) {
+  const response = await runner.fetch(`http://runner/slots/${slot}?action=${action}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ filename }),
+    ...(signal ? { signal } : {}),
+  });
+  const text = await response.text();
+  const saved = response.ok ? Number((JSON.parse(text) as { n_saved?: number }).n_saved ?? 0) : 0;
+  return { ok: response.ok, text: text.slice(0, 200), saved };
+}
