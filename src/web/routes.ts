@@ -28,6 +28,7 @@ const ASSETS: Record<string, string> = {
   "index.html": "text/html; charset=utf-8",
   "app.js": "text/javascript; charset=utf-8",
   "common.js": "text/javascript; charset=utf-8",
+  "loads.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
 };
 

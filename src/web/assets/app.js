@@ -3,6 +3,7 @@
 // key can be sent with it). Text from the server is only ever set as textContent.
 
 import { $, api, bytes, duration, el, keyStore, lines, shortId } from "./common.js";
+import { renderLoads } from "./loads.js";
 
 // ---- views ------------------------------------------------------------------------------------
 
@@ -22,20 +23,6 @@ function keepAliveLeft(runner) {
 }
 
 /** Loads in progress (queued, starting, restoring a cache) and how long each model's last loads took. */
-function renderLoads() {
-  const loads = state.loads ?? { in_progress: [], last: {} };
-  const models = new Set([...loads.in_progress.map((l) => l.model), ...Object.keys(loads.last)]);
-  const ready = (model) => state.runners.some((r) => r.model === model && r.state === "ready");
-  $("#loads tbody").replaceChildren(
-    ...[...models].map((model) => {
-      const now = loads.in_progress.filter((l) => l.model === model).map((l) => `${l.phase} (${l.mode})`).join(", ");
-      const last = (loads.last[model] ?? []).map((l) => `${l.seconds.toFixed(2)} s${l.cache_restored ? " (cache restored)" : ""}`).join(", ");
-      return el("tr", {}, el("td", { className: "name", textContent: model }), el("td", { textContent: now || (ready(model) ? "ready" : "") }), el("td", { textContent: last }));
-    }),
-  );
-  $("#no-loads").hidden = models.size > 0;
-}
-
 function renderOverview() {
   $("#runners tbody").replaceChildren(
     ...state.runners.map((r) =>
@@ -53,7 +40,7 @@ function renderOverview() {
     ),
   );
   $("#no-runners").hidden = state.runners.length > 0;
-  renderLoads();
+  renderLoads(state);
   $("#models-overview tbody").replaceChildren(
     ...state.models.map((m) =>
       el("tr", {}, el("td", { className: "name", textContent: m.name }), el("td", { textContent: shortId(m.id) }), el("td", { textContent: m.parameters ?? "" }), el("td", { textContent: m.quantization ?? "" }), el("td", { textContent: m.size ?? "" })),
