@@ -5,7 +5,7 @@ import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
 import type { ModelStore } from "../models/index.ts";
 import { ModelTooLarge } from "../scheduler/errors.ts";
-import type { FitAnswer, FitRunner } from "../scheduler/fit.ts";
+import type { FitAnswer, FitRunner } from "../scheduler/api.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelSettings } from "../scheduler/settings.ts";
 import type { Mode } from "../scheduler/types.ts";

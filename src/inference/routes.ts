@@ -16,7 +16,7 @@ import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 import { structuredRequest } from "./structured.ts";
 import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
-import { bothTimers, type Meter, type Ticket } from "../usage/meter.ts";
+import { bothTimers, type Meter, type Ticket } from "./usage/meter.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.

@@ -1,6 +1,5 @@
 import type { MemoryLimits, Sizing } from "./memory/sizing.ts";
 import type { Lease, RunnerState } from "./runner.ts";
-import type { FitAnswer } from "./fit.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
 import type { Mode, ModelRef, RunnerWish, StartRunner } from "./types.ts";
 import type { WatchLimits } from "./watchdog.ts";
@@ -107,3 +106,20 @@ export interface Scheduler {
   scrape(path: string): Promise<{ model: string; mode: Mode; text: string }[]>;
   stopAll(): Promise<void>;
 }
+
+/** What a load of the model would do now, as `GET /engines/fit` tells it. */
+export type FitAnswer =
+  | { action: "loaded"; runner: { contextSize?: number; memory?: Sizing["estimate"] & { where: Sizing["where"] } } }
+  | {
+      action: "load" | "evict" | "wait";
+      contextSize: number | undefined;
+      memory: (Sizing["estimate"] & { where: Sizing["where"] }) | undefined;
+      /** The runners that stay loaded beside it. */
+      beside: FitRunner[];
+      /** The idle runners unloaded first (evict). */
+      evicts: FitRunner[];
+      /** The runners it would wait for (wait): serving, loading, on their way out, or pinned. */
+      waitsFor: FitRunner[];
+    };
+
+export type FitRunner = { model: string; mode: string; bytes: number };

@@ -1,26 +1,10 @@
 import { evictionView, type Keys, type LaunchPlan, type RunnerSnapshot } from "./launch-plan.ts";
-import type { Sizing } from "./memory/sizing.ts";
+import type { FitAnswer, FitRunner } from "./api.ts";
 
 // "Will it fit?": the launch plan (planLaunch, the very decision a load applies) told as an answer,
 // with runners named by model and mode instead of runner names. A refusal is not an answer: the
-// scheduler throws its error (the 507 of a model too large even alone) as the load would.
-
-/** What a load of the model would do now, as `GET /engines/fit` tells it. */
-export type FitAnswer =
-  | { action: "loaded"; runner: { contextSize?: number; memory?: Sizing["estimate"] & { where: Sizing["where"] } } }
-  | {
-      action: "load" | "evict" | "wait";
-      contextSize: number | undefined;
-      memory: (Sizing["estimate"] & { where: Sizing["where"] }) | undefined;
-      /** The runners that stay loaded beside it. */
-      beside: FitRunner[];
-      /** The idle runners unloaded first (evict). */
-      evicts: FitRunner[];
-      /** The runners it would wait for (wait): serving, loading, on their way out, or pinned. */
-      waitsFor: FitRunner[];
-    };
-
-export type FitRunner = { model: string; mode: string; bytes: number };
+// scheduler throws its error (the 507 of a model too large even alone) as the load would. The
+// answer's types are in api.ts, with the scheduler's other public types.
 
 /** The plan of a launch that is not refused, as an answer; `named` finds a runner by its name. */
 export function fitAnswer(plan: Exclude<LaunchPlan, { kind: "refuse" }>, runners: RunnerSnapshot[], pinned: Keys, named: (name: string) => FitRunner | undefined): FitAnswer {

@@ -2,8 +2,8 @@ import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { openLedger, totals } from "../../src/usage/ledger.ts";
-import { tokenCounts } from "../../src/usage/tokens.ts";
+import { openLedger, totals } from "../../src/inference/usage/ledger.ts";
+import { tokenCounts } from "../../src/inference/usage/tokens.ts";
 
 // The usage file: counts per day, key and model, written whole under a temporary name and renamed.
 

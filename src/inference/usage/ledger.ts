@@ -1,5 +1,5 @@
 import { readFileSync, renameSync } from "node:fs";
-import { writeFileAtomic } from "../models/store/files.ts";
+import { writeFileAtomic } from "../../models/store/files.ts";
 
 // Usage per key name, model and day (UTC): requests, prompt and completion tokens, errors. Kept in
 // memory and written to one small JSON file at most once a second after a change, to a temporary

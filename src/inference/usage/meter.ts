@@ -1,6 +1,6 @@
-import type { RequestTimer } from "../inference/latency.ts";
-import type { Caller } from "../keys/keyring.ts";
-import type { Limiter } from "../keys/limits.ts";
+import type { RequestTimer } from "../latency.ts";
+import type { Caller } from "../../keys/keyring.ts";
+import type { Limiter } from "../../keys/limits.ts";
 import type { Ledger } from "./ledger.ts";
 import { tokenCounts } from "./tokens.ts";
 

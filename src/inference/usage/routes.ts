@@ -1,6 +1,6 @@
-import type { Route } from "../http/router.ts";
-import { badRequest, HttpError } from "../http/errors.ts";
-import type { Caller } from "../keys/keyring.ts";
+import type { Route } from "../../http/router.ts";
+import { badRequest, HttpError } from "../../http/errors.ts";
+import type { Caller } from "../../keys/keyring.ts";
 import { totals, type Ledger, type UsageFilter, type UsageRow } from "./ledger.ts";
 
 // GET /engines/usage: requests, tokens and errors per key, model and day. A key sees its own rows

@@ -1,5 +1,5 @@
-import { formatLabels, type ExtraFamily } from "../inference/metrics.ts";
-import type { Limiter } from "../keys/limits.ts";
+import { formatLabels, type ExtraFamily } from "../metrics.ts";
+import type { Limiter } from "../../keys/limits.ts";
 import { totals, type Ledger } from "./ledger.ts";
 
 // /metrics' counters per key name and model, from the usage ledger (so they go on across restarts,

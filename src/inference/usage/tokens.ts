@@ -1,4 +1,4 @@
-import { timingsIn } from "../inference/latency.ts";
+import { timingsIn } from "../latency.ts";
 
 // A request's tokens as llama-server counted them, read from the text of its answer's start and end
 // (never parsed whole: a stream is not kept). Each dialect's answer says it its own way: `timings`
