@@ -72,7 +72,12 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       stallTimeoutMs: config.models.pullStallTimeoutMs,
       ...(config.models.hfToken ? { token: config.models.hfToken } : {}),
     },
-    whileDeleting: (model, remove) => inference.scheduler.whileDeleting(model, remove),
+    // The runners stopping for a delete save their caches like any other stop: a deleted model's go after it.
+    whileDeleting: async (model, remove) => {
+      const result = await inference.scheduler.whileDeleting(model, remove);
+      await inference.slotCache?.forget(model.ggufPath);
+      return result;
+    },
     maxConcurrentPulls: config.models.pullMaxConcurrent,
     pullParts: config.models.pullParts,
   });

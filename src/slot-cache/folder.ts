@@ -30,6 +30,8 @@ export type SlotFolder = {
   discard(key: CacheKey, slot: number): Promise<void>;
   /** Removes saves that never finished and entries past the budget. */
   prune(): Promise<void>;
+  /** Removes every entry saved for a model (its key's `model`): the model was deleted. */
+  forget(model: string): Promise<void>;
 };
 
 const PART = ".part";
@@ -141,6 +143,11 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
     },
     abandon: (file) => void writing.delete(file),
     discard: async (key, slot) => remove(base(key, slot)),
+    async forget(model) {
+      const metas = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.endsWith(".json"));
+      const keyOf = async (name: string) => ((JSON.parse(await readFile(join(dir, name), "utf8")) as Meta).key ?? {}).model;
+      await Promise.all(metas.map(async (n) => ((await keyOf(n).catch(() => undefined)) === model ? remove(n.slice(0, -5)) : undefined)));
+    },
     async prune() {
       await made();
       await removeParts();

@@ -1,3 +1,4 @@
+import { basename } from "node:path";
 import type { StartRunner } from "../scheduler/types.ts";
 import { createSlotFolder } from "./folder.ts";
 import { withSlotCache, type SlotCacheHooks } from "./runner.ts";
@@ -18,6 +19,8 @@ export type SlotCache = {
   wrap(start: StartRunner, engine: () => Promise<string>, observe?: Pick<SlotCacheHooks, "restoring" | "restored">): StartRunner;
   /** On SIGTERM: saves made from now on end by `deadline` (ms since the epoch), or are dropped. */
   shutdownBy(deadline: number): void;
+  /** A deleted model's saved caches go with it (its weights' path, as runners are given it). */
+  forget(modelPath: string): Promise<void>;
 };
 
 export function createSlotCache(settings: SlotCacheSettings): SlotCache | undefined {
@@ -30,5 +33,6 @@ export function createSlotCache(settings: SlotCacheSettings): SlotCache | undefi
     shutdownBy(at) {
       deadline = Math.min(deadline, at);
     },
+    forget: (modelPath) => folder.forget(basename(modelPath)),
   };
 }

@@ -42,6 +42,7 @@ export function cacheKey(spec: RunnerSpec, engine: string): CacheKey {
   return {
     engine,
     model: basename(spec.modelPath),
+    ...(spec.modelShards ? { shards: spec.modelShards.map((path) => basename(path)) } : {}),
     mmproj: spec.mmprojPath && basename(spec.mmprojPath),
     contextSize: spec.contextSize,
     parallel: spec.parallel ?? 1,

@@ -35,6 +35,19 @@ describe("slot folder", () => {
     expect(await names()).toEqual([`${keyHash(key("a"))}-0.bin`, `${keyHash(key("c"))}-0.bin`].sort());
   });
 
+  it("forgets a deleted model's entries (every setting it was saved under), and only those", async () => {
+    const folder = createSlotFolder(dir, 1 << 20);
+    await saved(folder, "a", 1000);
+    await saved(folder, "b", 1000);
+    const other = { ...key("a"), contextSize: 2048 };
+    const file = folder.saving(other, 1);
+    await writeFile(join(dir, file), new Uint8Array(500));
+    await folder.commit(file, other, 1, 50);
+    await folder.forget("a");
+    expect(await names()).toEqual([`${keyHash(key("b"))}-0.bin`]);
+    expect((await readdir(dir)).filter((n) => n.endsWith(".json"))).toEqual([`${keyHash(key("b"))}-0.json`]);
+  });
+
   it("removes an entry whose file changed size or bytes, or whose metadata names another key", async () => {
     const folder = createSlotFolder(dir, 1 << 20);
     await saved(folder, "a", 1000);
