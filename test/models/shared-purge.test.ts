@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, readdir, rm, stat, utimes } from "node:fs/promises";
+import { mkdtemp, readdir, rm, stat, utimes } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -6,7 +6,8 @@ import { createModelStore } from "../../src/models/index.ts";
 import { ask } from "../support/http.ts";
 import { startRegistryFront, type Front } from "../support/registry-front.ts";
 import { pushModel, sha256, startRegistry, type PushedModel, type Registry } from "../support/registry.ts";
-import { startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
+import { startReplica } from "../support/replica.ts";
+import type { RuntimeName, ServerProcess } from "../support/server-process.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { until } from "../support/until.ts";
 
@@ -37,25 +38,9 @@ afterEach(async () => {
 });
 
 async function replica(name: string, runtime: RuntimeName, registryHost: string): Promise<string> {
-  const own = join(dir, name);
-  await mkdir(own, { recursive: true });
-  const server = await startServer({
-    runtime,
-    env: {
-      SERVICES: "runner",
-      RUNNER_PORT: "0",
-      RUNNER_SOCKET: join(own, "runner.sock"),
-      MODELS_PATH: join(dir, "models"),
-      DEFAULT_REGISTRY: registryHost,
-      INFERENCE_RUNTIME_DIR: join(own, "run"),
-      INFERENCE_LOG_DIR: join(own, "logs"),
-      INFERENCE_SETTINGS_PATH: join(own, "engine-settings.json"),
-      INFERENCE_THREADS: "1",
-    },
-    ready: [/model runner service listening on http:\/\/[\d.]+:\d+/, /model runner service listening on unix:/],
-  });
+  const { url, server } = await startReplica(dir, name, runtime, registryHost);
   servers.push(server);
-  return /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
+  return url;
 }
 
 const chat = (url: string, model: string) =>

@@ -1,5 +1,4 @@
-import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm, unlink } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -8,8 +7,9 @@ import { readProgress } from "../../src/models/store/parts.ts";
 import { NO_EARLY_STOP } from "../inference/harness.ts";
 import { ask, openStream } from "../support/http.ts";
 import { startRegistryFront, type Front } from "../support/registry-front.ts";
-import { pushModel, startRegistry, type PushedModel, type Registry } from "../support/registry.ts";
-import { startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
+import { pushModel, sha256, startRegistry, type PushedModel, type Registry } from "../support/registry.ts";
+import { startReplica, type Replica } from "../support/replica.ts";
+import type { RuntimeName, ServerProcess } from "../support/server-process.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { until } from "../support/until.ts";
 
@@ -48,33 +48,12 @@ async function front(bytesPerSecond: number) {
   return started;
 }
 
-/** One replica: the shared store, and sockets, runners, logs and settings of its own. */
-async function replica(name: string, runtime: RuntimeName, registryHost: string): Promise<{ url: string; server: ServerProcess }> {
-  const own = join(dir, name);
-  await mkdir(own, { recursive: true });
-  const server = await startServer({
-    runtime,
-    // Deno as the docs run it: --allow-sys gives it the host name, by which it judges the others' locks.
-    ...(runtime === "deno" ? { runtimeArgs: DENO_FLAGS } : {}),
-    env: {
-      SERVICES: "runner",
-      RUNNER_PORT: "0",
-      RUNNER_SOCKET: join(own, "runner.sock"),
-      MODELS_PATH: join(dir, "models"),
-      DEFAULT_REGISTRY: registryHost,
-      INFERENCE_RUNTIME_DIR: join(own, "run"),
-      INFERENCE_LOG_DIR: join(own, "logs"),
-      INFERENCE_SETTINGS_PATH: join(own, "engine-settings.json"),
-      INFERENCE_THREADS: "1",
-      ...PARTS,
-    },
-    ready: [/model runner service listening on http:\/\/[\d.]+:\d+/, /model runner service listening on unix:/],
-  });
-  servers.push(server);
-  return { url: /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!, server };
+/** One replica on the shared store (see support/replica.ts), stopped after the test. */
+async function replica(name: string, runtime: RuntimeName, registryHost: string): Promise<Replica> {
+  const started = await startReplica(dir, name, runtime, registryHost, PARTS);
+  servers.push(started.server);
+  return started;
 }
-
-const DENO_FLAGS = ["--allow-net", "--allow-env", "--allow-sys", "--allow-read", "--allow-write", "--allow-run", "--unstable-no-legacy-abort"];
 
 const store = () => createModelStore(join(dir, "models"));
 const pull = (url: string, from: string) =>
@@ -82,10 +61,7 @@ const pull = (url: string, from: string) =>
 const chat = (url: string, model: string, extra: object = {}) =>
   ask({ url }, "POST", "/engines/v1/chat/completions", { model, messages: [{ role: "user", content: "hi" }], max_tokens: 3, ...extra });
 const listed = async (url: string) => ((await ask({ url }, "GET", "/models")).json() as { tags: string[] }[]).map((m) => m.tags);
-const sha256 = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
 const hex = (digest: string) => digest.slice("sha256:".length);
-/** The artifact's config blob, which the store keeps beside the layers (a model is pushed as it came). */
-const configOf = (model: PushedModel) => (JSON.parse(new TextDecoder().decode(model.manifest)) as { config: { digest: string } }).config.digest;
 
 describe("two servers on one store", () => {
   it("pull the same model at once: it is downloaded once, stored once, listed and served by both", async () => {
@@ -100,7 +76,7 @@ describe("two servers on one store", () => {
     // One GET of the weights: the second puller waited for the first and used its blob.
     expect(f.requests.filter((r) => r.startsWith("GET ") && r.includes(`/blobs/${tiny.ggufDigest}`))).toHaveLength(1);
     const blobs = store().layout.blobsDir;
-    expect((await readdir(blobs)).sort()).toEqual([hex(tiny.ggufDigest), hex(configOf(tiny))].sort());
+    expect((await readdir(blobs)).sort()).toEqual([hex(tiny.ggufDigest), hex(tiny.configDigest)].sort());
     expect(sha256(await readFile(join(blobs, hex(tiny.ggufDigest))))).toBe(tiny.ggufDigest);
     const index = JSON.parse(await readFile(store().layout.indexFile, "utf8"));
     expect(index.models.map((m: { id: string; tags: string[] }) => [m.id, m.tags])).toEqual([[tiny.manifestDigest, ["ai/tiny:latest"]]]);
@@ -204,7 +180,7 @@ describe("two servers on one store", () => {
     expect(f.blobBytes(shaped.ggufDigest) - servedToA).toBeLessThanOrEqual(shaped.size - (1 << 20));
 
     // Nothing of the download is left but the blob, whole (and the artifact's config).
-    expect((await readdir(layout.blobsDir)).sort()).toEqual([hex(shaped.ggufDigest), hex(configOf(shaped))].sort());
+    expect((await readdir(layout.blobsDir)).sort()).toEqual([hex(shaped.ggufDigest), hex(shaped.configDigest)].sort());
     expect(sha256(await readFile(join(layout.blobsDir, hex(shaped.ggufDigest))))).toBe(shaped.ggufDigest);
     // A third server on the store lists and serves it, and removes the killed one's lease.
     const c = await replica("c", "bun", f.host);
