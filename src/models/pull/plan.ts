@@ -20,10 +20,13 @@ export type PullPlan = {
   describe(signal: AbortSignal): Promise<Omit<IndexEntry, "id" | "tags">>;
 };
 
-export type PullEvent = {
+/** A progress line in Docker Model Runner's shape, of a pull or of a push. */
+export type TransferEvent<Mode extends "pull" | "push"> = {
   type: "progress" | "success" | "warning" | "error";
   message: string;
   total?: number;
   layer?: { id: string; size: number; current: number };
-  mode: "pull";
+  mode: Mode;
 };
+
+export type PullEvent = TransferEvent<"pull">;

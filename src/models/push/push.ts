@@ -7,6 +7,8 @@ import { modelNotFound } from "../errors.ts";
 import { resolveOr404 } from "../lookup.ts";
 import { HUGGING_FACE, parseReference, type ModelReference } from "../reference.ts";
 import type { RegistryOptions } from "../registry/client.ts";
+import type { TransferEvent } from "../pull/plan.ts";
+import { PROGRESS_INTERVAL_MS } from "../pull/progress.ts";
 import type { ModelStore, StoredModel } from "../store/store.ts";
 import { openDestination, type BlobBody, type Destination } from "./destination.ts";
 
@@ -17,13 +19,7 @@ import { openDestination, type BlobBody, type Destination } from "./destination.
 // as an artifact rebuilt from its record, and a warning says so. Everything that can refuse the
 // push (the name, the model, the registry's credentials) is checked before progress streams.
 
-export type PushEvent = {
-  type: "progress" | "success" | "warning" | "error";
-  message: string;
-  total?: number;
-  layer?: { id: string; size: number; current: number };
-  mode: "push";
-};
+export type PushEvent = TransferEvent<"push">;
 
 const Descriptor = z.looseObject({ mediaType: z.string(), digest: z.string().regex(/^sha256:[0-9a-f]{64}$/), size: z.number().int().nonnegative() });
 const StoredManifest = z.looseObject({ config: Descriptor, layers: z.array(Descriptor) });
@@ -117,12 +113,12 @@ export async function planPush(
   return { reference, ...artifact, destination, release };
 }
 
-/** At most one progress line per layer every 100 ms, and always the one that completes it. */
+/** At most one progress line per layer every PROGRESS_INTERVAL_MS, as a pull's, and always the one that completes it. */
 function progressOf(emit: (event: PushEvent) => void, layer: Descriptor) {
   let last = 0;
   return (current: number) => {
     const now = Date.now();
-    if (current < layer.size && now - last < 100) return;
+    if (current < layer.size && now - last < PROGRESS_INTERVAL_MS) return;
     last = now;
     const message = `Uploaded: ${(current / 1_000_000).toFixed(2)} MB`;
     emit({ type: "progress", message, total: layer.size, layer: { id: layer.digest, size: layer.size, current }, mode: "push" });
