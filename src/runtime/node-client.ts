@@ -2,6 +2,7 @@ import { request as httpRequest, type Agent as HttpAgent, type IncomingHttpHeade
 import { pipeline, type Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import type { Dispatcher } from "undici";
+import { pacedStream } from "./paced-stream.ts";
 
 // A fetch for the calls we make (the photo service, the runners), on undici's request API rather
 // than on its fetch: the fetch spec's machinery (a Request, its body and signal steps, a fetch
@@ -110,33 +111,15 @@ function webResponse({ status, headers, body }: Answer, signal: AbortSignal | un
  */
 function webStream(source: Readable, socketSide: Readable, signal: AbortSignal | undefined): ReadableStream<Uint8Array> {
   const onAbort = () => socketSide.destroy(signal?.reason);
-  let cancelled = false;
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        source.on("data", (chunk: Buffer) => {
-          if (cancelled) return;
-          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-          if ((controller.desiredSize ?? 0) <= 0) source.pause();
-        });
-        source.once("end", () => {
-          signal?.removeEventListener("abort", onAbort);
-          if (!cancelled) controller.close();
-        });
-        source.once("error", (error) => {
-          signal?.removeEventListener("abort", onAbort);
-          if (!cancelled) controller.error(signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error }));
-        });
-        signal?.addEventListener("abort", onAbort, { once: true });
-      },
-      pull: () => void source.resume(),
-      cancel(reason) {
-        cancelled = true;
-        signal?.removeEventListener("abort", onAbort);
-        socketSide.destroy();
-        if (source !== socketSide) source.destroy(reason instanceof Error ? reason : undefined);
-      },
+  const stream = pacedStream(source, {
+    settled: () => signal?.removeEventListener("abort", onAbort),
+    failure: (error) => (signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error })),
+    cancel(reason) {
+      signal?.removeEventListener("abort", onAbort);
+      socketSide.destroy();
+      if (source !== socketSide) source.destroy(reason instanceof Error ? reason : undefined);
     },
-    { highWaterMark: 1 },
-  );
+  });
+  signal?.addEventListener("abort", onAbort, { once: true });
+  return stream;
 }

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FetchHandler } from "./types.ts";
+import { pacedStream } from "./paced-stream.ts";
 
 // One exchange of node:http (under Node and Deno) as a fetch handler sees it: the native Request
 // in, the native Response out. Written for this path alone: @whatwg-node/server's general adapter
@@ -51,26 +52,8 @@ function rawHeaderPairs(raw: string[]): [string, string][] {
 
 /** The request body as a web stream that reads from the socket only as fast as it is read. */
 function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
-  let cancelled = false;
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        req.on("data", (chunk: Buffer) => {
-          if (cancelled) return;
-          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-          if ((controller.desiredSize ?? 0) <= 0) req.pause();
-        });
-        req.once("end", () => cancelled || controller.close());
-        req.once("error", (error) => cancelled || controller.error(error));
-      },
-      pull: () => void req.resume(),
-      cancel() {
-        cancelled = true;
-        req.resume(); // drained, so that the connection can serve the next request
-      },
-    },
-    { highWaterMark: 1 },
-  );
+  // Cancelled: drained, so that the connection can serve the next request.
+  return pacedStream(req, { cancel: () => void req.resume() });
 }
 
 function headerList(response: Response): string[] {

@@ -1,0 +1,43 @@
+import type { Readable } from "node:stream";
+
+// A Node stream as a web stream that reads on only as its reader asks: paused once the reader's
+// queue is full, resumed on its next read. Both directions of Node's and Deno's HTTP use it (a
+// request's body in node-exchange.ts, a runner's or the photo service's answer in node-client.ts).
+
+export type PacedHooks = {
+  /** The source ended or failed (whether or not the reader had cancelled). */
+  settled?(): void;
+  /** What the reader gets for the source's error; default: the error itself. */
+  failure?(error: Error): unknown;
+  /** The reader cancelled: nothing more is handed on. */
+  cancel(reason: unknown): void;
+};
+
+export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream<Uint8Array> {
+  let cancelled = false;
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        source.on("data", (chunk: Buffer) => {
+          if (cancelled) return;
+          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+          if ((controller.desiredSize ?? 0) <= 0) source.pause();
+        });
+        source.once("end", () => {
+          hooks.settled?.();
+          if (!cancelled) controller.close();
+        });
+        source.once("error", (error) => {
+          hooks.settled?.();
+          if (!cancelled) controller.error(hooks.failure ? hooks.failure(error) : error);
+        });
+      },
+      pull: () => void source.resume(),
+      cancel(reason) {
+        cancelled = true;
+        hooks.cancel(reason);
+      },
+    },
+    { highWaterMark: 1 },
+  );
+}
