@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "./harness.ts";
 import { ask, openStream } from "../support/http.ts";
 import { until } from "../support/until.ts";
-import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { tinyLlamaGguf, tinyLlamaHeader } from "../support/tiny-gguf.ts";
 import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts";
 import { llamadock } from "../cli/command.ts";
 
@@ -10,15 +10,7 @@ import { llamadock } from "../cli/command.ts";
 // llama-server runners, a budget of two and a half tiny models. Each answer is checked against
 // what a real load does right after it: fits (alone, beside), evicts, does not fit.
 
-const SHAPE = shapeOf({
-  "general.architecture": "llama",
-  "llama.block_count": "2",
-  "llama.embedding_length": "64",
-  "llama.feed_forward_length": "128",
-  "llama.attention.head_count": "4",
-  "llama.context_length": "512",
-  "llama.vocab_size": "259",
-})!;
+const SHAPE = shapeOf(tinyLlamaHeader())!;
 const WEIGHTS = tinyLlamaGguf().length;
 const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1 }).total;
 const BUDGET = Math.floor(2.5 * cost(512));

@@ -2,23 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "./harness.ts";
 import { until } from "../support/until.ts";
 import { ask, openStream } from "../support/http.ts";
-import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { tinyLlamaGguf, tinyLlamaHeader } from "../support/tiny-gguf.ts";
 import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts";
 
 // Scheduling by memory end to end: the server under Bun, tiny models pulled from a real registry,
 // real llama-server runners, a budget of two and a half tiny models (the runner count is no limit
 // here). `ai/long` is the tiny model with a trained context of 65536 tokens: it never fits whole.
 
-const TINY_HEADER = {
-  "general.architecture": "llama",
-  "llama.block_count": "2",
-  "llama.embedding_length": "64",
-  "llama.feed_forward_length": "128",
-  "llama.attention.head_count": "4",
-  "llama.attention.head_count_kv": "4",
-  "llama.context_length": "65536",
-  "llama.vocab_size": "259",
-};
+const TINY_HEADER = { ...tinyLlamaHeader(65536), "llama.attention.head_count_kv": "4" };
 const SHAPE = shapeOf(TINY_HEADER)!;
 const WEIGHTS = tinyLlamaGguf().length;
 const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1 }).total;

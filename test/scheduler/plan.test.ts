@@ -5,30 +5,22 @@ import type { MemoryBudget } from "../../src/scheduler/memory/budget.ts";
 import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts";
 import type { ModelSettings } from "../../src/scheduler/settings.ts";
 import type { Mode, ModelRef } from "../../src/scheduler/types.ts";
+import { tinyLlamaHeader } from "../support/tiny-gguf.ts";
 
 // The scheduler's decisions as pure functions of a snapshot, table-tested without processes: each
 // case is a snapshot, a request, and the plan it must give.
 
 const MIB = 1024 * 1024;
-const header = (context: number) => ({
-  "general.architecture": "llama",
-  "llama.block_count": "2",
-  "llama.embedding_length": "64",
-  "llama.feed_forward_length": "128",
-  "llama.attention.head_count": "4",
-  "llama.context_length": String(context),
-  "llama.vocab_size": "259",
-});
 const model = (name: string, context?: number): ModelRef => ({
   id: `sha256:${name}`,
   tags: [`ai/${name}:latest`],
   ggufPath: `${name}.gguf`,
-  ...(context ? { config: { architecture: "llama", gguf: header(context) } } : {}),
+  ...(context ? { config: { architecture: "llama", gguf: tinyLlamaHeader(context) } } : {}),
 });
 const A = model("a");
 /** A model with a GGUF header (a trained context of 4096), so its memory can be estimated. */
 const SIZED = model("sized", 4096);
-const cost = (contextSize: number) => estimateMemory(shapeOf(header(4096))!, MIB, { contextSize, slots: 1 }).total;
+const cost = (contextSize: number) => estimateMemory(shapeOf(tinyLlamaHeader(4096))!, MIB, { contextSize, slots: 1 }).total;
 
 /** An idle runner in service, used at `lastUsed`. */
 const runner = (name: string, lastUsed: number, extra: Partial<RunnerSnapshot> = {}): RunnerSnapshot => ({

@@ -347,6 +347,22 @@ function modelParts(options: TinyGgufOptions) {
   return { meta: metadata(options, shape), list, random: prng(options.seed ?? 0x11a3ad0c) };
 }
 
+/**
+ * The tiny model's header fields the memory estimate reads, as a stored model's config carries them
+ * (strings): for tests that plan or size runners without writing the file.
+ */
+export function tinyLlamaHeader(context = N_CTX): Record<string, string> {
+  return {
+    "general.architecture": "llama",
+    "llama.block_count": String(N_LAYER),
+    "llama.embedding_length": String(N_EMBD),
+    "llama.feed_forward_length": String(N_FF),
+    "llama.attention.head_count": String(N_HEAD),
+    "llama.context_length": String(context),
+    "llama.vocab_size": String(vocabulary().tokens.length),
+  };
+}
+
 /** The tiny llama model as GGUF v3 bytes; deterministic for a given seed. */
 export function tinyLlamaGguf(options: TinyGgufOptions = {}): Uint8Array {
   const { meta, list, random } = modelParts(options);

@@ -3,6 +3,7 @@ import { createScheduler } from "../../../src/scheduler/scheduler.ts";
 import type { ModelRef } from "../../../src/scheduler/types.ts";
 import { estimateMemory, shapeOf } from "../../../src/scheduler/memory/estimate.ts";
 import { fakeStarter, tick } from "../fake-runner.ts";
+import { tinyLlamaHeader } from "../../support/tiny-gguf.ts";
 
 // "Will it fit?" against what the scheduler then does, with a recording stand-in for the
 // supervisor: the answer names the runners a launch unloads or waits for, and starts nothing.
@@ -14,15 +15,7 @@ const model = (name: string): ModelRef => ({
   ggufPath: `${name}.gguf`,
   config: {
     architecture: "llama",
-    gguf: {
-      "general.architecture": "llama",
-      "llama.block_count": "2",
-      "llama.embedding_length": "64",
-      "llama.feed_forward_length": "128",
-      "llama.attention.head_count": "4",
-      "llama.context_length": "512",
-      "llama.vocab_size": "259",
-    },
+    gguf: tinyLlamaHeader(),
   },
 });
 const [A, B, C] = [model("a"), model("b"), model("c")];

@@ -5,25 +5,17 @@ import type { ModelRef } from "../../../src/scheduler/types.ts";
 import type { MemoryBudget } from "../../../src/scheduler/memory/budget.ts";
 import { estimateMemory, shapeOf } from "../../../src/scheduler/memory/estimate.ts";
 import { fakeStarter, tick } from "../fake-runner.ts";
+import { tinyLlamaHeader } from "../../support/tiny-gguf.ts";
 
 // The scheduler's memory decisions with a recording stand-in for the supervisor: which runners a
 // launch unloads, what it refuses, and the context and GPU layers a runner starts with.
 
 const MIB = 1024 * 1024;
-const header = (context: number) => ({
-  "general.architecture": "llama",
-  "llama.block_count": "2",
-  "llama.embedding_length": "64",
-  "llama.feed_forward_length": "128",
-  "llama.attention.head_count": "4",
-  "llama.context_length": String(context),
-  "llama.vocab_size": "259",
-});
 const model = (name: string, context = 512): ModelRef => ({
   id: `sha256:${name}`,
   tags: [`ai/${name}:latest`],
   ggufPath: `${name}.gguf`,
-  config: { architecture: "llama", gguf: header(context) },
+  config: { architecture: "llama", gguf: tinyLlamaHeader(context) },
 });
 /** Weights per model: small ones 1 MiB, `big` 5 MiB, `huge` 100 MiB. */
 const WEIGHTS: Record<string, number> = { "sha256:big": 5 * MIB, "sha256:huge": 100 * MIB };
