@@ -126,8 +126,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     let budget: Budget | undefined;
     const loaded = () => {
       signal?.throwIfAborted();
-      if (closed) throw shuttingDown();
-      if (deleting.has(model.id)) throw modelNotFound(modelName(model));
+      refuseIfUnservable(model);
       const runner = active.get(key);
       const plan = planServe(runner && snapshotOf(runner), wanted);
       if (plan === "replace") replace(runner!);
@@ -152,6 +151,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       else await waitForRoom(key, model, mode, signal);
     }
   }
+
+  /** No runner of the model launches once the scheduler stops, nor while the model is being deleted. */
+  const refuseIfUnservable = (model: ModelRef) => {
+    if (closed) throw shuttingDown();
+    if (deleting.has(model.id)) throw modelNotFound(modelName(model));
+  };
 
   const readBudget = async (model: ModelRef): Promise<Budget> => {
     const memory = await deps.memory?.();
@@ -250,8 +255,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const settings = { ...(await deps.settings.get(model.id)), ...changes };
       const budget = await readBudget(model);
       // From here on, one synchronous step, as a launch decides.
-      if (closed) throw shuttingDown();
-      if (deleting.has(model.id)) throw modelNotFound(modelName(model));
+      refuseIfUnservable(model);
       const runner = active.get(key);
       const changed = Object.keys(changes).length > 0;
       if (runner && !changed && planServe(snapshotOf(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
