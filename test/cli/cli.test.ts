@@ -162,12 +162,12 @@ describe("pull", () => {
 describe("runners", () => {
   it("run MODEL PROMPT: says it is loading, streams the answer, exits 0; loaded, it says nothing of loading", async () => {
     await llamadock(["unload", "--all"], env);
-    const first = await llamadock(["run", "-n", "8", "-p", "ignore_eos=true", "ai/tiny", "Say", "hello"], env);
+    const first = await llamadock(["run", "-n", "8", "-p", "ignore_eos=true", "-p", "temperature=0", "ai/tiny", "Say", "hello"], env);
     expect(first.code).toBe(0);
     expect(first.stderr).toBe("Loading ai/tiny...\n");
     expect(first.stdout.length).toBeGreaterThan(1);
     expect(first.stdout.endsWith("\n")).toBe(true);
-    const second = await llamadock(["run", "-n", "4", "-p", "ignore_eos=true", "ai/tiny"], env, "from stdin\n");
+    const second = await llamadock(["run", "-n", "8", "-p", "ignore_eos=true", "-p", "temperature=0", "ai/tiny"], env, "from stdin\n");
     expect(second).toMatchObject({ code: 0, stderr: "" });
     expect(second.stdout.length).toBeGreaterThan(1);
   });
