@@ -3,13 +3,15 @@ import { pipeline, type Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import type { Dispatcher } from "undici";
 import { pacedStream } from "./paced-stream.ts";
+import { LightResponse, type BodySource } from "./node-response.ts";
 
 // A fetch for the calls we make (the photo service, the runners), on undici's request API rather
 // than on its fetch: the fetch spec's machinery (a Request, its body and signal steps, a fetch
 // controller per call) cost Node 2-3x the CPU of the call itself (a 50-photo album: about 330 vs
 // 95-125 µs per call, same run). It does what our calls ask of fetch: method, headers, a whole
 // body, a signal, no redirects followed (each is one call), a compressed answer inflated as far as
-// it is read; the answer is a native Response whose body reads from the socket only as it is read.
+// it is read; the answer is a light Response (node-response.ts): read whole straight from the
+// socket, or as a web stream that reads from it only as it is read.
 
 type Init = RequestInit & { duplex?: string };
 /** A call as the transport takes it: origin and path apart, the headers flat. */
@@ -96,30 +98,47 @@ function webResponse({ status, headers, body }: Answer, signal: AbortSignal | un
   }
   if (NULL_BODY.has(status)) {
     body.resume();
-    return new Response(null, { status, headers: pairs });
+    return new LightResponse(null, { status, headers: pairs }) as unknown as Response;
   }
   const encoding = headers["content-encoding"];
   const inflate = typeof encoding === "string" ? INFLATERS[encoding.trim().toLowerCase()] : undefined;
   const source = inflate ? (pipeline(body, inflate(), () => {}) as unknown as Readable) : body;
-  return new Response(webStream(source, body, signal), { status, headers: pairs });
+  return LightResponse.streamed(bodySource(source, body, signal), { status, headers: pairs });
 }
 
 /**
- * `source` as a web stream that reads on only as its reader asks (so an inflated body grows only
- * as far as it is read); cancelling it, or the call's signal, destroys `socketSide`, which ends the
- * call (a runner cancels a generation whose connection closes).
+ * `source` read whole, or as a web stream that reads on only as its reader asks (so an inflated
+ * body grows only as far as it is read). The call's signal, or cancelling the stream, destroys
+ * `socketSide`, which ends the call (a runner cancels a generation whose connection closes).
  */
-function webStream(source: Readable, socketSide: Readable, signal: AbortSignal | undefined): ReadableStream<Uint8Array> {
+function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal | undefined): BodySource {
   const onAbort = () => socketSide.destroy(signal?.reason);
-  const stream = pacedStream(source, {
-    settled: () => signal?.removeEventListener("abort", onAbort),
-    failure: (error) => (signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error })),
-    cancel(reason) {
-      signal?.removeEventListener("abort", onAbort);
-      socketSide.destroy();
-      if (source !== socketSide) source.destroy(reason instanceof Error ? reason : undefined);
-    },
-  });
   signal?.addEventListener("abort", onAbort, { once: true });
-  return stream;
+  const settled = () => signal?.removeEventListener("abort", onAbort);
+  const failure = (error: Error) => (signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error }));
+  // Heard from the start, read or not: an unheard stream error would end the process.
+  let failed: Error | undefined;
+  source.once("error", (error) => ((failed = error), settled()));
+  return {
+    whole: () =>
+      new Promise((resolve, reject) => {
+        if (failed) return reject(failure(failed));
+        const chunks: Buffer[] = [];
+        source.on("data", (chunk: Buffer) => chunks.push(chunk));
+        source.once("end", () => (settled(), resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks))));
+        source.once("error", (error) => reject(failure(error)));
+      }),
+    stream: () => {
+      if (failed) return new ReadableStream({ start: (controller) => controller.error(failure(failed!)) });
+      return pacedStream(source, {
+        settled,
+        failure,
+        cancel(reason) {
+          settled();
+          socketSide.destroy();
+          if (source !== socketSide) source.destroy(reason instanceof Error ? reason : undefined);
+        },
+      });
+    },
+  };
 }

@@ -1,15 +1,14 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FetchHandler } from "./types.ts";
-import { pacedStream } from "./paced-stream.ts";
+import { lazyRequest } from "./node-request.ts";
+import { LightResponse, type WholeAnswer } from "./node-response.ts";
 
-// One exchange of node:http (under Node and Deno) as a fetch handler sees it: the native Request
-// in, the native Response out. Written for this path alone: @whatwg-node/server's general adapter
+// One exchange of node:http (under Node and Deno) as a fetch handler sees it: a Request in
+// (node-request.ts), a Response out (node-response.ts). Written for this path alone: @whatwg-node/server's general adapter
 // cost Node about three times the requests per second a bare node:http proxy reaches (bench:runtimes).
 // What it keeps: the request's signal aborts when its client leaves before the answer's end, and
 // the answer's body is then cancelled (a stream that produces on its own would go on for nobody);
 // a body the handler has whole goes out in one write, with its length.
-
-const NO_BODY = new Set(["GET", "HEAD"]);
 
 /** Serves one node:http request with `handler`; never throws. */
 export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: ServerResponse): void {
@@ -18,43 +17,20 @@ export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: 
     if (!res.writableFinished) departed.abort(new DOMException("the client went away", "AbortError"));
   };
   res.once("close", onClose);
-  let request: Request;
-  try {
-    request = toRequest(req, departed.signal);
-  } catch {
-    return void res.writeHead(400, { "content-type": "application/json" }).end(BAD_REQUEST);
-  }
+  const request = lazyRequest(req, departed.signal);
+  if (!request) return void res.writeHead(400, { "content-type": "application/json" }).end(BAD_REQUEST);
   Promise.resolve()
     .then(() => handler(request))
     .then(
-      (response) => send(response, res, departed.signal),
+      // A failure here is ours (a header node:http refuses...): the connection goes, the error is
+      // said (the handlers' own errors are logged and counted before they get here), the server stays.
+      (response) => send(response, res, departed.signal).catch((error) => (res.destroy(), console.error("llamadock: an answer could not be written:", error))),
       () => void (res.headersSent ? res.destroy() : res.writeHead(500, { "content-type": "application/json" }).end(INTERNAL)),
     );
 }
 
 const BAD_REQUEST = JSON.stringify({ error: { message: "malformed request", type: "invalid_request_error", code: "bad_request" } });
 const INTERNAL = JSON.stringify({ error: { message: "internal error", type: "internal_error", code: "internal_error" } });
-
-function toRequest(req: IncomingMessage, signal: AbortSignal): Request {
-  const host = req.headers.host;
-  const url = `http://${host || "localhost"}${req.url}`;
-  const method = req.method ?? "GET";
-  const headers = rawHeaderPairs(req.rawHeaders);
-  if (NO_BODY.has(method)) return new Request(url, { method, headers, signal });
-  return new Request(url, { method, headers, signal, body: bodyStream(req), duplex: "half" } as RequestInit);
-}
-
-function rawHeaderPairs(raw: string[]): [string, string][] {
-  const pairs: [string, string][] = [];
-  for (let i = 0; i < raw.length; i += 2) pairs.push([raw[i]!, raw[i + 1]!]);
-  return pairs;
-}
-
-/** The request body as a web stream that reads from the socket only as fast as it is read. */
-function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
-  // Cancelled: drained, so that the connection can serve the next request.
-  return pacedStream(req, { cancel: () => void req.resume() });
-}
 
 function headerList(response: Response): string[] {
   const flat: string[] = [];
@@ -65,7 +41,18 @@ function headerList(response: Response): string[] {
 /** Waits until the current microtasks ran: a body that is already whole has settled its next read by then. */
 const afterMicrotasks = () => new Promise<void>((resolve) => process.nextTick(resolve));
 
+/** A light answer still whole: its body in one write, with its length, and nothing made in between. */
+function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse): void {
+  const flat: string[] = [];
+  for (const [name, value] of headers) flat.push(name, value);
+  if (body === undefined) return void res.writeHead(status, flat).end();
+  flat.push("content-length", String(typeof body === "string" ? Buffer.byteLength(body) : body.byteLength));
+  res.writeHead(status, flat).end(body);
+}
+
 async function send(response: Response, res: ServerResponse, departed: AbortSignal): Promise<void> {
+  const whole = LightResponse.wholeOf(response);
+  if (whole) return sendWhole(whole, res);
   const headers = headerList(response);
   const { status } = response;
   if (!response.body) return void res.writeHead(status, headers).end();

@@ -1,0 +1,101 @@
+import type { IncomingMessage } from "node:http";
+import { pacedStream } from "./paced-stream.ts";
+
+// A node:http request as the fetch handler's Request, made only as far as the handler looks at
+// it. A native Request per exchange (its Headers, its signal's following, a web stream for the
+// body) was the largest share of the adapter's CPU under Node (bench:runtimes). Most handlers read
+// the method, the URL, a few headers, the signal and the whole body: those come straight from the
+// IncomingMessage. Anything else (the body as a stream, clone(), formData()...) makes the native
+// Request once and answers from it. It is a Request to `instanceof`, as @hono/node-server's is.
+
+const SOURCE = Symbol("incoming message");
+const URL_ = Symbol("url");
+const SIGNAL = Symbol("signal");
+const HEADERS = Symbol("headers");
+const NATIVE = Symbol("native request");
+const READ = Symbol("body read");
+
+type Lazy = Request & {
+  [SOURCE]: IncomingMessage;
+  [URL_]: string;
+  [SIGNAL]: AbortSignal;
+  [HEADERS]?: Headers;
+  [NATIVE]?: Request;
+  [READ]?: boolean;
+};
+
+const NO_BODY = new Set(["GET", "HEAD"]);
+
+/** The Request a handler sees for `req`; `signal` aborts when its client leaves. Undefined if its URL is not one. */
+export function lazyRequest(req: IncomingMessage, signal: AbortSignal): Request | undefined {
+  const url = `http://${req.headers.host || "localhost"}${req.url}`;
+  if (!URL.canParse(url)) return undefined;
+  const request = Object.create(prototype) as Lazy;
+  request[SOURCE] = req;
+  request[URL_] = url;
+  request[SIGNAL] = signal;
+  return request;
+}
+
+function headersOf(raw: string[]): Headers {
+  const headers = new Headers();
+  for (let i = 0; i < raw.length; i += 2) headers.append(raw[i]!, raw[i + 1]!);
+  return headers;
+}
+
+/** The native Request, made once, reading the body from the socket as it is read. */
+function native(request: Lazy): Request {
+  if (request[NATIVE]) return request[NATIVE];
+  const req = request[SOURCE];
+  const method = req.method ?? "GET";
+  const init: RequestInit & { duplex?: string } = { method, headers: request.headers, signal: request[SIGNAL] };
+  // Cancelled: drained, so that the connection can serve the next request.
+  if (!NO_BODY.has(method) && !request[READ]) Object.assign(init, { body: pacedStream(req, { cancel: () => void req.resume() }), duplex: "half" });
+  return (request[NATIVE] = new Request(request[URL_], init));
+}
+
+/** The whole body, straight from the socket: no web stream in between. */
+function wholeBody(request: Lazy): Promise<Buffer> {
+  if (request[READ]) return Promise.reject(new TypeError("Body is unusable: Body has already been read"));
+  request[READ] = true;
+  const req = request[SOURCE];
+  if (NO_BODY.has(req.method ?? "GET")) return Promise.resolve(Buffer.alloc(0));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once("error", reject);
+    // The client left before the body's end: node:http may close without an error.
+    req.once("close", () => req.complete || reject(new TypeError("terminated: the client went away")));
+  });
+}
+
+const arrayBufferOf = (bytes: Buffer): ArrayBuffer =>
+  bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? (bytes.buffer as ArrayBuffer) : (bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer);
+
+// As fetch decodes a body: a byte order mark dropped, a bad sequence replaced.
+const utf8 = new TextDecoder();
+
+/** What a handler commonly reads, answered without the native Request while there is none. */
+const direct: Record<string, PropertyDescriptor> = {
+  method: { get: function (this: Lazy) { return this[SOURCE].method ?? "GET"; } },
+  url: { get: function (this: Lazy) { return this[URL_]; } },
+  signal: { get: function (this: Lazy) { return this[SIGNAL]; } },
+  headers: { get: function (this: Lazy) { return (this[HEADERS] ??= headersOf(this[SOURCE].rawHeaders)); } },
+  bodyUsed: { get: function (this: Lazy) { return this[NATIVE] ? this[NATIVE].bodyUsed : Boolean(this[READ]); } },
+  arrayBuffer: { value: async function (this: Lazy) { return this[NATIVE] ? this[NATIVE].arrayBuffer() : arrayBufferOf(await wholeBody(this)); } },
+  bytes: { value: async function (this: Lazy) { return this[NATIVE] ? new Uint8Array(await this[NATIVE].arrayBuffer()) : new Uint8Array(arrayBufferOf(await wholeBody(this))); } },
+  text: { value: async function (this: Lazy) { return this[NATIVE] ? this[NATIVE].text() : utf8.decode(await wholeBody(this)); } },
+  json: { value: async function (this: Lazy) { return JSON.parse(await this.text()); } },
+};
+
+const prototype: object = Object.create(Request.prototype, direct);
+for (const key of Object.getOwnPropertyNames(Request.prototype)) {
+  if (key === "constructor" || key in direct) continue;
+  const descriptor = Object.getOwnPropertyDescriptor(Request.prototype, key)!;
+  if (descriptor.get) Object.defineProperty(prototype, key, { get: function (this: Lazy) { return Reflect.get(Request.prototype, key, native(this)); } });
+  else if (typeof descriptor.value === "function") {
+    const method = descriptor.value as (...args: unknown[]) => unknown;
+    Object.defineProperty(prototype, key, { value: function (this: Lazy, ...args: unknown[]) { return method.apply(native(this), args); } });
+  }
+}

@@ -1,0 +1,176 @@
+// Under node:http (Node and Deno), the global Response is this lighter one: a Response made with a
+// whole body (a string, bytes or nothing), as most answers are, keeps the body and its init as
+// given, and node-exchange.ts writes them out directly; the native Response (its Headers, a web
+// stream for the body, and a reader to get the bytes back out) is made only when a handler reads
+// something else from it. The native one cost Node about as much CPU per answer as the rest of the
+// adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
+
+const NativeResponse = globalThis.Response;
+
+type Whole = string | Uint8Array | ArrayBuffer | null | undefined;
+const isWhole = (body: unknown): body is Whole =>
+  body === null || body === undefined || typeof body === "string" || body instanceof Uint8Array || body instanceof ArrayBuffer;
+
+/**
+ * A body still on its way (an answer to one of our calls, node-client.ts): read whole straight from
+ * its source, or as a web stream made only when asked for. Each is asked for at most once.
+ */
+export type BodySource = { whole(): Promise<Uint8Array>; stream(): ReadableStream<Uint8Array> };
+
+/** What node-exchange.ts writes for a light Response that nobody turned native. */
+export type WholeAnswer = { status: number; headers: [string, string][]; body: Uint8Array | string | undefined };
+
+const TEXT = "text/plain;charset=UTF-8";
+const utf8 = new TextDecoder();
+const encoder = new TextEncoder();
+
+/** Init headers as name-value pairs, without making a Headers. */
+function pairsOf(headers: HeadersInit | undefined): [string, string][] {
+  if (!headers) return [];
+  if (Array.isArray(headers)) return headers.map(([name, value]) => [name!, value!]);
+  if (headers instanceof Headers) return [...headers];
+  return Object.entries(headers);
+}
+
+export class LightResponse {
+  #body: Whole;
+  #init: ResponseInit | undefined;
+  #headers: Headers | undefined;
+  #native: Response | undefined;
+  #source: BodySource | undefined;
+  #used = false;
+
+  constructor(body?: BodyInit | null, init?: ResponseInit) {
+    const status = init?.status ?? 200;
+    // Whatever the native one refuses (a bad status, a body on a null-body status), it refuses now.
+    if (!isWhole(body) || status < 200 || status > 599 || (body != null && [101, 204, 205, 304].includes(status))) {
+      this.#native = new NativeResponse(body, init);
+    } else {
+      this.#body = body;
+      this.#init = init;
+    }
+  }
+
+  static json(data: unknown, init?: ResponseInit): Response {
+    const headers = pairsOf(init?.headers);
+    if (!headers.some(([name]) => name.toLowerCase() === "content-type")) headers.push(["content-type", "application/json"]);
+    return new LightResponse(JSON.stringify(data), { ...init, headers }) as unknown as Response;
+  }
+
+  /** An answer whose body is still arriving from `source`. */
+  static streamed(source: BodySource, init: ResponseInit): Response {
+    const response = new LightResponse(null, init);
+    response.#source = source;
+    return response as unknown as Response;
+  }
+
+  /** A native Response is one too (a runtime's own fetch answers with those). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return value instanceof NativeResponse;
+  }
+
+  static error = () => NativeResponse.error();
+  static redirect = (url: string | URL, status?: number) => NativeResponse.redirect(url, status);
+
+  /** The native Response, made once from the body and init as given (its body used if this one's was). */
+  #made(): Response {
+    if (this.#native) return this.#native;
+    const headers = this.#headers ?? this.#init?.headers;
+    const body = this.#source && !this.#used ? this.#source.stream() : this.#body;
+    this.#native = new NativeResponse(body as BodyInit | null | undefined, { ...this.#init, headers });
+    if (this.#used) this.#native.arrayBuffer().catch(() => {});
+    return this.#native;
+  }
+
+  /** `response` as given, if it is a light one still whole that nobody read; else undefined. */
+  static wholeOf(response: Response): WholeAnswer | undefined {
+    return #body in response ? (response as unknown as LightResponse).#whole() : undefined;
+  }
+
+  #whole(): WholeAnswer | undefined {
+    if (this.#native || this.#used || this.#source) return undefined;
+    const body = this.#body;
+    const headers = this.#headers ? ([...this.#headers] as [string, string][]) : pairsOf(this.#init?.headers);
+    if (typeof body === "string" && !this.#headers && !headers.some(([name]) => name.toLowerCase() === "content-type")) headers.push(["content-type", TEXT]);
+    return { status: this.status, headers, body: body instanceof ArrayBuffer ? new Uint8Array(body) : (body ?? undefined) };
+  }
+
+  get status(): number {
+    return this.#native ? this.#native.status : (this.#init?.status ?? 200);
+  }
+  get statusText(): string {
+    return this.#native ? this.#native.statusText : (this.#init?.statusText ?? "");
+  }
+  get ok(): boolean {
+    return this.status >= 200 && this.status < 300;
+  }
+  get headers(): Headers {
+    if (this.#native) return this.#native.headers;
+    if (this.#headers) return this.#headers;
+    const headers = new Headers(this.#init?.headers);
+    if (typeof this.#body === "string" && !headers.has("content-type")) headers.set("content-type", TEXT);
+    return (this.#headers = headers);
+  }
+
+  // Reading the body whole needs no native Response either.
+  /** The body's bytes, or undefined where only the native Response can tell them. */
+  async #bytes(): Promise<string | Uint8Array | undefined> {
+    const body = this.#body;
+    if (this.#native || !(this.#source || typeof body === "string" || body instanceof Uint8Array)) return undefined;
+    if (this.#used) throw new TypeError("Body is unusable: Body has already been read");
+    this.#used = true;
+    return this.#source ? this.#source.whole() : (body as string | Uint8Array);
+  }
+  async text(): Promise<string> {
+    const bytes = await this.#bytes();
+    if (bytes === undefined) return this.#made().text();
+    return typeof bytes === "string" ? bytes : utf8.decode(bytes);
+  }
+  async json(): Promise<unknown> {
+    return JSON.parse(await this.text());
+  }
+  async arrayBuffer(): Promise<ArrayBuffer> {
+    const bytes = await this.#bytes();
+    if (bytes === undefined) return this.#made().arrayBuffer();
+    const view = typeof bytes === "string" ? encoder.encode(bytes) : bytes;
+    if (view.byteOffset === 0 && view.byteLength === view.buffer.byteLength) return view.buffer as ArrayBuffer;
+    return view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength) as ArrayBuffer;
+  }
+  async bytes(): Promise<Uint8Array> {
+    return new Uint8Array(await this.arrayBuffer());
+  }
+  async blob(): Promise<Blob> {
+    return this.#made().blob();
+  }
+  async formData(): Promise<FormData> {
+    return this.#made().formData();
+  }
+  get body(): ReadableStream<Uint8Array> | null {
+    return this.#made().body;
+  }
+  get bodyUsed(): boolean {
+    return this.#native ? this.#native.bodyUsed : this.#used;
+  }
+  get type(): ResponseType {
+    return this.#made().type;
+  }
+  get url(): string {
+    return this.#made().url;
+  }
+  get redirected(): boolean {
+    return this.#made().redirected;
+  }
+  clone(): Response {
+    return this.#made().clone();
+  }
+}
+
+Object.setPrototypeOf(LightResponse.prototype, NativeResponse.prototype);
+Object.setPrototypeOf(LightResponse, NativeResponse);
+
+/** Makes the global Response the light one (once; idempotent). */
+export function useLightResponses(): void {
+  if (globalThis.Response !== (LightResponse as unknown as typeof Response)) {
+    Object.defineProperty(globalThis, "Response", { value: LightResponse, writable: true, configurable: true });
+  }
+}
