@@ -1,5 +1,5 @@
 import { clientGone, HttpError } from "../http/errors.ts";
-import { unlessAborted } from "../http/abort.ts";
+import { anySignal, unlessAborted } from "../http/abort.ts";
 import { relay } from "../http/relay.ts";
 import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
@@ -60,15 +60,18 @@ export type ErrorEvent = (error: HttpError) => Uint8Array;
 export async function forward(forwarded: Forwarded): Promise<Response> {
   const { lease, model, request } = forwarded;
   const ended = timeLimit(forwarded);
+  // The call ends when its client leaves too; it stops listening once the answer is over.
+  const call = anySignal([request.signal, ended.signal]);
   const release = () => {
     ended.clear();
+    call.dispose();
     lease.release();
   };
   let upstream: Response;
   const sentAt = performance.now();
   lease.sending(forwarded.stream);
   try {
-    upstream = await send(forwarded, ended.signal);
+    upstream = await send(forwarded, ended.signal, call.signal);
   } catch (error) {
     release();
     throw error;
@@ -151,7 +154,8 @@ function timeLimit({ lease, model, bounds }: Forwarded): { signal: AbortSignal; 
   if (!bounds) return { signal: lease.died, clear: () => {} };
   const deadline = new AbortController();
   const timer = setTimeout(() => deadline.abort(requestTimedOut(model, bounds.timeoutMs)), bounds.timeoutMs);
-  return { signal: AbortSignal.any([lease.died, deadline.signal]), clear: () => clearTimeout(timer) };
+  const ended = anySignal([lease.died, deadline.signal]);
+  return { signal: ended.signal, clear: () => (clearTimeout(timer), ended.dispose()) };
 }
 
 /**
@@ -166,11 +170,10 @@ function timeLimit({ lease, model, bounds }: Forwarded): { signal: AbortSignal; 
  * cancels a task whose connection closes before its answer, so no second answer could come of it.
  * A runner that died is not retried: its death is the answer, at once.
  */
-async function send(forwarded: Forwarded, ended: AbortSignal): Promise<Response> {
+async function send(forwarded: Forwarded, ended: AbortSignal, signal: AbortSignal): Promise<Response> {
   const { lease, path, body, request, stream } = forwarded;
   const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
   if (stream) headers.connection = "close";
-  const signal = AbortSignal.any([request.signal, ended]);
   for (let attempt = 0; ; attempt++) {
     try {
       return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
