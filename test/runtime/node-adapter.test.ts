@@ -1,0 +1,114 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { request as httpRequest } from "node:http";
+import { nodeRuntime } from "../../src/runtime/node.ts";
+import { LightResponse } from "../../src/runtime/node-response.ts";
+import type { Listener } from "../../src/runtime/types.ts";
+
+// The Node/Deno adapter's light Request and Response (node-request.ts, node-response.ts), through
+// a real node:http server in this process: whatever a handler reads of them, it gets what the
+// native classes would give; whatever it does not read is never made.
+
+const NativeResponse = globalThis.Response;
+let listener: Listener;
+let base: string;
+
+/** Echoes what the handler saw of its request, per path. */
+async function handler(request: Request): Promise<Response> {
+  const path = new URL(request.url).pathname;
+  if (path === "/json") {
+    const body = (await request.json()) as object;
+    return Response.json({ body, method: request.method, header: request.headers.get("x-said"), isRequest: request instanceof Request, used: request.bodyUsed });
+  }
+  if (path === "/stream-body") {
+    // The body as a stream: the native Request is made, and reads from the socket.
+    const chunks: string[] = [];
+    const decoder = new TextDecoder();
+    const reader = request.body!.getReader();
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) chunks.push(decoder.decode(chunk.value, { stream: true }));
+    return new Response(chunks.join(""), { status: 201 });
+  }
+  if (path === "/headers-later") {
+    const response = new Response("later", { headers: { "x-first": "1" } });
+    response.headers.set("x-second", "2");
+    return response;
+  }
+  if (path === "/native") return new NativeResponse("from the native class", { headers: { "x-native": "yes" } });
+  if (path === "/empty") return new Response(null, { status: 204 });
+  return new Response("not found", { status: 404 });
+}
+
+function call(path: string, init: { method?: string; body?: string; headers?: Record<string, string>; chunked?: string[] } = {}) {
+  return new Promise<{ status: number; headers: Record<string, string | string[] | undefined>; text: string }>((resolve, reject) => {
+    const url = new URL(path, base);
+    const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: init.method ?? "GET", headers: init.headers }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk: string) => (text += chunk));
+      res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, text }));
+    });
+    req.on("error", reject);
+    for (const piece of init.chunked ?? []) req.write(piece);
+    req.end(init.body);
+  });
+}
+
+beforeAll(async () => {
+  listener = await nodeRuntime.serve(handler, { kind: "tcp", hostname: "127.0.0.1", port: 0 }, { headersTimeoutMs: 5_000, maxConnections: 16, overloaded: () => new Response("overloaded", { status: 503 }) });
+  base = listener.address;
+});
+afterAll(async () => {
+  await listener.close(1_000);
+});
+
+describe("through node:http", () => {
+  it("a handler reads method, headers and a whole JSON body from a Request that is instanceof Request", async () => {
+    const answer = await call("/json", { method: "POST", body: '{"a":1}', headers: { "content-type": "application/json", "x-said": "hi" } });
+    expect(answer.status).toBe(200);
+    expect(answer.headers["content-type"]).toBe("application/json");
+    expect(answer.headers["content-length"]).toBe(String(Buffer.byteLength(answer.text)));
+    expect(JSON.parse(answer.text)).toEqual({ body: { a: 1 }, method: "POST", header: "hi", isRequest: true, used: true });
+  });
+
+  it("a body read as a stream, sent in chunks with no length, arrives whole", async () => {
+    const answer = await call("/stream-body", { method: "POST", chunked: ["one ", "two ", "three"] });
+    expect(answer).toMatchObject({ status: 201, text: "one two three" });
+    expect(answer.headers["content-type"]).toBe("text/plain;charset=UTF-8");
+  });
+
+  it("headers set after the Response was made are sent; a native Response is sent as it is; a 204 has no body", async () => {
+    expect((await call("/headers-later")).headers).toMatchObject({ "x-first": "1", "x-second": "2" });
+    const native = await call("/native");
+    expect(native).toMatchObject({ status: 200, text: "from the native class" });
+    expect(native.headers["x-native"]).toBe("yes");
+    expect(await call("/empty")).toMatchObject({ status: 204, text: "" });
+  });
+});
+
+describe("the light Response", () => {
+  it("is instanceof the native Response, and a native one is instanceof it", () => {
+    const light = new LightResponse("x") as unknown as Response;
+    expect(light).toBeInstanceOf(NativeResponse);
+    expect(new NativeResponse("x")).toBeInstanceOf(LightResponse);
+  });
+
+  it("answers as the native one does: headers, status, a body read once", async () => {
+    const light = new LightResponse("text", { status: 201, statusText: "Made" }) as unknown as Response;
+    expect([light.status, light.statusText, light.ok, light.headers.get("content-type")]).toEqual([201, "Made", true, "text/plain;charset=UTF-8"]);
+    expect(await light.text()).toBe("text");
+    expect(light.bodyUsed).toBe(true);
+    await expect(light.text()).rejects.toThrow(TypeError);
+    const json = LightResponse.json({ a: 1 }, { status: 400 });
+    expect([json.status, json.headers.get("content-type"), await json.json()]).toEqual([400, "application/json", { a: 1 }]);
+  });
+
+  it("refuses what the native one refuses, when it is made", () => {
+    expect(() => new LightResponse("x", { status: 99 })).toThrow(RangeError);
+    expect(() => new LightResponse("x", { status: 204 })).toThrow(TypeError);
+  });
+
+  it("a body read as a stream makes the native Response, with the same bytes", async () => {
+    const light = new LightResponse(new TextEncoder().encode("bytes")) as unknown as Response;
+    const reader = light.body!.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("bytes");
+  });
+});
