@@ -2,8 +2,8 @@ import { request as httpRequest, type Agent as HttpAgent, type IncomingHttpHeade
 import { pipeline, type Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import type { Dispatcher } from "undici";
-import { pacedStream } from "./paced-stream.ts";
-import { LightResponse, type BodySource } from "./node-response.ts";
+import { pacedStream, readWhole } from "./paced-stream.ts";
+import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
 
 // A fetch for the calls we make (the photo service, the runners), on undici's request API rather
 // than on its fetch: the fetch spec's machinery (a Request, its body and signal steps, a fetch
@@ -86,7 +86,6 @@ async function wholeBody(body: BodyInit | null | undefined): Promise<Uint8Array 
   return new Uint8Array(await new Response(body).arrayBuffer());
 }
 
-const NULL_BODY = new Set([101, 204, 205, 304]);
 const INFLATERS: Record<string, () => NodeJS.ReadWriteStream> = { gzip: createGunzip, "x-gzip": createGunzip, deflate: createInflate, br: createBrotliDecompress };
 
 function webResponse({ status, headers, body }: Answer, signal: AbortSignal | undefined): Response {
@@ -120,14 +119,7 @@ function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal 
   let failed: Error | undefined;
   source.once("error", (error) => ((failed = error), settled()));
   return {
-    whole: () =>
-      new Promise((resolve, reject) => {
-        if (failed) return reject(failure(failed));
-        const chunks: Buffer[] = [];
-        source.on("data", (chunk: Buffer) => chunks.push(chunk));
-        source.once("end", () => (settled(), resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks))));
-        source.once("error", (error) => reject(failure(error)));
-      }),
+    whole: () => (failed ? Promise.reject(failure(failed)) : readWhole(source).then((bytes) => (settled(), bytes), (error: Error) => Promise.reject(failure(error)))),
     stream: () => {
       if (failed) return new ReadableStream({ start: (controller) => controller.error(failure(failed!)) });
       return pacedStream(source, {

@@ -32,9 +32,10 @@ export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: 
 const BAD_REQUEST = JSON.stringify({ error: { message: "malformed request", type: "invalid_request_error", code: "bad_request" } });
 const INTERNAL = JSON.stringify({ error: { message: "internal error", type: "internal_error", code: "internal_error" } });
 
-function headerList(response: Response): string[] {
+/** Headers as node:http's flat list (name, value, name, value...), repeated names kept. */
+function headerList(headers: Iterable<[string, string]>): string[] {
   const flat: string[] = [];
-  for (const [name, value] of response.headers) flat.push(name, value);
+  for (const [name, value] of headers) flat.push(name, value);
   return flat;
 }
 
@@ -43,8 +44,7 @@ const afterMicrotasks = () => new Promise<void>((resolve) => process.nextTick(re
 
 /** A light answer still whole: its body in one write, with its length, and nothing made in between. */
 function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse): void {
-  const flat: string[] = [];
-  for (const [name, value] of headers) flat.push(name, value);
+  const flat = headerList(headers);
   if (body === undefined) return void res.writeHead(status, flat).end();
   flat.push("content-length", String(typeof body === "string" ? Buffer.byteLength(body) : body.byteLength));
   res.writeHead(status, flat).end(body);
@@ -53,7 +53,7 @@ function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse):
 async function send(response: Response, res: ServerResponse, departed: AbortSignal): Promise<void> {
   const whole = LightResponse.wholeOf(response);
   if (whole) return sendWhole(whole, res);
-  const headers = headerList(response);
+  const headers = headerList(response.headers);
   const { status } = response;
   if (!response.body) return void res.writeHead(status, headers).end();
   const reader = response.body.getReader();

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from "node:http";
-import { pacedStream } from "./paced-stream.ts";
+import { pacedStream, readWhole } from "./paced-stream.ts";
+import { arrayBufferOf, utf8 } from "./node-response.ts";
 
 // A node:http request as the fetch handler's Request, made only as far as the handler looks at
 // it. A native Request per exchange (its Headers, its signal's following, a web stream for the
@@ -60,21 +61,10 @@ function wholeBody(request: Lazy): Promise<Buffer> {
   request[READ] = true;
   const req = request[SOURCE];
   if (NO_BODY.has(req.method ?? "GET")) return Promise.resolve(Buffer.alloc(0));
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
-    req.once("error", reject);
-    // The client left before the body's end: node:http may close without an error.
-    req.once("close", () => req.complete || reject(new TypeError("terminated: the client went away")));
-  });
+  // The client left before the body's end: node:http may close without an error.
+  const left = new Promise<never>((_, reject) => req.once("close", () => req.complete || reject(new TypeError("terminated: the client went away"))));
+  return Promise.race([readWhole(req), left]);
 }
-
-const arrayBufferOf = (bytes: Buffer): ArrayBuffer =>
-  bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? (bytes.buffer as ArrayBuffer) : (bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer);
-
-// As fetch decodes a body: a byte order mark dropped, a bad sequence replaced.
-const utf8 = new TextDecoder();
 
 /** What a handler commonly reads, answered without the native Request while there is none. */
 const direct: Record<string, PropertyDescriptor> = {

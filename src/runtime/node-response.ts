@@ -21,7 +21,17 @@ export type BodySource = { whole(): Promise<Uint8Array>; stream(): ReadableStrea
 export type WholeAnswer = { status: number; headers: [string, string][]; body: Uint8Array | string | undefined };
 
 const TEXT = "text/plain;charset=UTF-8";
-const utf8 = new TextDecoder();
+// As fetch decodes a body: a byte order mark dropped, a bad sequence replaced.
+export const utf8 = new TextDecoder();
+
+/** Statuses whose answers have no body. */
+export const NULL_BODY = new Set([101, 204, 205, 304]);
+
+/** The bytes of `view` as an ArrayBuffer of their own (the view's own buffer when it spans it all). */
+export function arrayBufferOf(view: Uint8Array): ArrayBuffer {
+  if (view.byteOffset === 0 && view.byteLength === view.buffer.byteLength) return view.buffer as ArrayBuffer;
+  return view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength) as ArrayBuffer;
+}
 const encoder = new TextEncoder();
 
 /** Init headers as name-value pairs, without making a Headers. */
@@ -43,7 +53,7 @@ export class LightResponse {
   constructor(body?: BodyInit | null, init?: ResponseInit) {
     const status = init?.status ?? 200;
     // Whatever the native one refuses (a bad status, a body on a null-body status), it refuses now.
-    if (!isWhole(body) || status < 200 || status > 599 || (body != null && [101, 204, 205, 304].includes(status))) {
+    if (!isWhole(body) || status < 200 || status > 599 || (body != null && NULL_BODY.has(status))) {
       this.#native = new NativeResponse(body, init);
     } else {
       this.#body = body;
@@ -132,9 +142,7 @@ export class LightResponse {
   async arrayBuffer(): Promise<ArrayBuffer> {
     const bytes = await this.#bytes();
     if (bytes === undefined) return this.#made().arrayBuffer();
-    const view = typeof bytes === "string" ? encoder.encode(bytes) : bytes;
-    if (view.byteOffset === 0 && view.byteLength === view.buffer.byteLength) return view.buffer as ArrayBuffer;
-    return view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength) as ArrayBuffer;
+    return arrayBufferOf(typeof bytes === "string" ? encoder.encode(bytes) : bytes);
   }
   async bytes(): Promise<Uint8Array> {
     return new Uint8Array(await this.arrayBuffer());

@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream";
 
 // A Node stream as a web stream that reads on only as its reader asks: paused once the reader's
-// queue is full, resumed on its next read. Both directions of Node's and Deno's HTTP use it (a
+// queue is full, resumed on its next read; or read whole, when nothing needs a stream. Both directions of Node's and Deno's HTTP use it (a
 // request's body in node-exchange.ts, a runner's or the photo service's answer in node-client.ts).
 
 export type PacedHooks = {
@@ -40,4 +40,14 @@ export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream
     },
     { highWaterMark: 1 },
   );
+}
+
+/** `source` read to its end in one buffer (no web stream in between); rejects with its error. */
+export function readWhole(source: Readable): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    source.on("data", (chunk: Buffer) => chunks.push(chunk));
+    source.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    source.once("error", reject);
+  });
 }
