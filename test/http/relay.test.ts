@@ -1,0 +1,67 @@
+import { describe, expect, it } from "vitest";
+import { relay } from "../../src/http/relay.ts";
+
+// The relay on its own: a source that stalls while its runner dies, one that ends, a client that leaves.
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const text = async (stream: ReadableStream<Uint8Array>) => new Response(stream).text();
+
+/** A source that sends `chunks` and then waits forever, remembering why it was cancelled. */
+function stalledSource(chunks: string[]) {
+  const seen: { cancelled?: unknown } = {};
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const chunk of chunks) controller.enqueue(bytes(chunk));
+    },
+    cancel(reason) {
+      seen.cancelled = reason;
+    },
+  });
+  return { stream, seen };
+}
+
+describe("relay", () => {
+  it("passes every chunk on and calls done once at the end", async () => {
+    let done = 0;
+    const source = new Response("data: 1\n\ndata: 2\n\n").body!;
+    const relayed = relay(source, { died: new AbortController().signal, clientGone: new AbortController().signal }, () => done++, async () => undefined);
+    expect(await text(relayed)).toBe("data: 1\n\ndata: 2\n\n");
+    expect(done).toBe(1);
+  });
+
+  it("ends a read that waits on a runner that died with its last words, and cancels the source", async () => {
+    const died = new AbortController();
+    const { stream, seen } = stalledSource(["data: 1\n\n"]);
+    let done = 0;
+    const failures: unknown[] = [];
+    const relayed = relay(stream, { died: died.signal, clientGone: new AbortController().signal }, () => done++, async (error) => {
+      failures.push(error);
+      return bytes("data: the end\n\n");
+    });
+    const reading = text(relayed);
+    setTimeout(() => died.abort(new Error("the runner died")), 20);
+    expect(await reading).toBe("data: 1\n\ndata: the end\n\n");
+    expect(failures).toEqual([new Error("the runner died")]);
+    expect(seen.cancelled).toEqual(new Error("the runner died"));
+    expect(done).toBe(1);
+  });
+
+  it("fails at once when the runner died before the first read", async () => {
+    const died = new AbortController();
+    died.abort(new Error("gone already"));
+    const { stream } = stalledSource([]);
+    const relayed = relay(stream, { died: died.signal, clientGone: new AbortController().signal }, () => {}, async () => undefined);
+    await expect(text(relayed)).rejects.toThrow("gone already");
+  });
+
+  it("cancels the source when its client leaves, read or not", async () => {
+    const gone = new AbortController();
+    const { stream, seen } = stalledSource(["data: 1\n\n"]);
+    let done = 0;
+    relay(stream, { died: new AbortController().signal, clientGone: gone.signal }, () => done++, async () => undefined);
+    gone.abort(new Error("left"));
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(seen.cancelled).toEqual(new Error("left"));
+    expect(done).toBe(1);
+  });
+});
