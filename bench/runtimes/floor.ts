@@ -55,7 +55,7 @@ function nodeFloor(): void {
       } else {
         const body = await readAll(req);
         const upstream = await pool.request({ path: req.url ?? "/", method: "POST", headers: { "content-type": "application/json" }, body });
-        res.writeHead(upstream.statusCode, { "content-type": "application/json" });
+        res.writeHead(upstream.statusCode, { "content-type": String(upstream.headers["content-type"] ?? "application/json") });
         for await (const chunk of upstream.body) res.write(chunk);
         res.end();
       }
@@ -73,6 +73,9 @@ function nodeClientCall(options: Record<string, unknown>, body?: Uint8Array): Pr
   });
 }
 
+/** ReadableStream.from (Deno has it; the DOM types here do not). */
+const streamFrom = (source: AsyncIterable<Uint8Array>) => (ReadableStream as unknown as { from(source: AsyncIterable<Uint8Array>): ReadableStream<Uint8Array> }).from(source);
+
 function denoFloor(serve: DenoServe): void {
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
   const client = Deno!.createHttpClient({ poolMaxIdlePerHost: 0 });
@@ -85,7 +88,10 @@ function denoFloor(serve: DenoServe): void {
     const body = new Uint8Array(await request.arrayBuffer());
     const path = new URL(request.url).pathname;
     const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path, headers: { "content-type": "application/json", "content-length": String(body.length) } }, body);
-    return new Response((await readAll(upstream)) as unknown as BodyInit, { status: upstream.statusCode, headers: { "content-type": "application/json" } });
+    const type = upstream.headers["content-type"] ?? "application/json";
+    // A stream is passed on as it comes (Deno's Response takes an async iterable); an answer whole.
+    const answer = type.startsWith("text/event-stream") ? streamFrom(upstream) : await readAll(upstream);
+    return new Response(answer as unknown as BodyInit, { status: upstream.statusCode, headers: { "content-type": type } });
   };
   if (kind === "album") serve({ hostname: "127.0.0.1", port: 0, onListen: ({ port }: { port: number }) => announce(`http://127.0.0.1:${port}`) }, handler);
   else serve({ path: listenPath, onListen: () => announce(`unix:${listenPath}`) }, handler);
