@@ -117,3 +117,5 @@ function bunFloor(): void {
 if (runtime === "bun") bunFloor();
 else if (runtime === "deno") denoFloor(Deno!.serve);
 else nodeFloor();
+// An orderly exit on SIGTERM, so that a profiler (--cpu-prof) writes what it saw.
+process.once("SIGTERM", () => process.exit(0));

@@ -89,16 +89,16 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     // and the slot released at once; passing it on as one buffer also spares a stream per request.
     // Read here rather than in a function of its own: a nested async frame cost 1.6–4.6 µs of CPU
     // per request on the album's path.
-    let answer: ArrayBuffer;
+    let answer: Uint8Array<ArrayBuffer>;
     try {
-      answer = await unlessAborted(upstream.arrayBuffer(), ended.signal);
+      answer = await unlessAborted(upstream.bytes(), ended.signal);
     } catch (error) {
       throw await failure(forwarded, error, ended.signal);
     } finally {
       release();
     }
     stamp(headers, forwarded, performance.now() - sentAt);
-    timer?.end(upstream.ok, edges(new Uint8Array(answer)));
+    timer?.end(upstream.ok, edges(answer));
     return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
   }
   if (!upstream.body) {

@@ -79,8 +79,17 @@ export function createLatency(): Latency {
 
 type Timings = { cache_n?: number; prompt_n?: number; predicted_n?: number; predicted_ms?: number; predicted_per_token_ms?: number };
 
+/** The last answer's text and its timings: the latency histograms and the usage meter both ask for them. */
+let lastText: string | undefined;
+let lastTimings: Timings | undefined;
+
 /** The last `"timings":{…}` object in `text` (a flat object of numbers). */
 export function timingsIn(text: string): Timings | undefined {
+  if (text !== lastText) [lastText, lastTimings] = [text, findTimings(text)];
+  return lastTimings;
+}
+
+function findTimings(text: string): Timings | undefined {
   const at = text.lastIndexOf('"timings":{');
   if (at < 0) return undefined;
   const start = at + '"timings":'.length;

@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import { serveExchange } from "./node-exchange.ts";
-import { useLightResponses } from "./node-response.ts";
+import { useLightWebTypes } from "./node-response.ts";
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import type { FetchHandler, ListenTarget, Listener, ServeLimits } from "./types.ts";
 
@@ -22,7 +22,7 @@ function listen(server: Server, target: ListenTarget): Promise<void> {
 }
 
 export async function serveWithNodeHttp(handler: FetchHandler, target: ListenTarget, limits: ServeLimits): Promise<Listener> {
-  useLightResponses();
+  useLightWebTypes();
   // Headers must arrive in time (slowloris); connections beyond the cap are closed as they come.
   // Node checks header deadlines every connectionsCheckingInterval (30 s by default): as often as needed.
   const server = createServer(

@@ -5,6 +5,8 @@
 // something else from it. The native one cost Node about as much CPU per answer as the rest of the
 // adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
 
+import { LightHeaders } from "./node-headers.ts";
+
 const NativeResponse = globalThis.Response;
 
 type Whole = string | Uint8Array | ArrayBuffer | null | undefined;
@@ -144,8 +146,11 @@ export class LightResponse {
     if (bytes === undefined) return this.#made().arrayBuffer();
     return arrayBufferOf(typeof bytes === "string" ? encoder.encode(bytes) : bytes);
   }
-  async bytes(): Promise<Uint8Array> {
-    return new Uint8Array(await this.arrayBuffer());
+  /** The bytes as read, not copied into an ArrayBuffer of their own (as arrayBuffer() must). */
+  async bytes(): Promise<Uint8Array<ArrayBuffer>> {
+    const bytes = await this.#bytes();
+    if (bytes === undefined) return new Uint8Array(await this.#made().arrayBuffer());
+    return (typeof bytes === "string" ? encoder.encode(bytes) : bytes) as Uint8Array<ArrayBuffer>;
   }
   async blob(): Promise<Blob> {
     return this.#made().blob();
@@ -176,9 +181,12 @@ export class LightResponse {
 Object.setPrototypeOf(LightResponse.prototype, NativeResponse.prototype);
 Object.setPrototypeOf(LightResponse, NativeResponse);
 
-/** Makes the global Response the light one (once; idempotent). */
-export function useLightResponses(): void {
+/** Makes the global Response and Headers the light ones (once; idempotent). */
+export function useLightWebTypes(): void {
   if (globalThis.Response !== (LightResponse as unknown as typeof Response)) {
     Object.defineProperty(globalThis, "Response", { value: LightResponse, writable: true, configurable: true });
+  }
+  if (globalThis.Headers !== (LightHeaders as unknown as typeof Headers)) {
+    Object.defineProperty(globalThis, "Headers", { value: LightHeaders, writable: true, configurable: true });
   }
 }

@@ -20,6 +20,7 @@ export interface Ledger {
 
 const FILE_VERSION = 1;
 const WRITE_DELAY_MS = 1000;
+const DAY_MS = 86_400_000;
 
 const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
 
@@ -46,9 +47,18 @@ export function openLedger(path: string, now: () => Date = () => new Date()): Le
     );
     return writing;
   };
+  // The day's name, made again only when the day changes (toISOString per request showed in profiles).
+  let dayNumber = Number.NaN;
+  let dayName = "";
+  const today = () => {
+    const date = now();
+    const number = Math.floor(date.getTime() / DAY_MS);
+    if (number !== dayNumber) [dayNumber, dayName] = [number, date.toISOString().slice(0, 10)];
+    return dayName;
+  };
   return {
     add(key, model, counts) {
-      const day = now().toISOString().slice(0, 10);
+      const day = today();
       const id = rowKey(day, key, model);
       let row = rows.get(id);
       if (!row) rows.set(id, (row = { day, key, model, ...EMPTY }));

@@ -1,0 +1,128 @@
+// Under node:http (Node and Deno), the global Headers is this lighter one, as the global Response
+// is node-response.ts's: name-value pairs in two arrays, checked as the native class checks them.
+// Node's Headers (undici's) validates and converts through its WebIDL layer on every call, and
+// each request made several (the request's, our call's answer's, the copy forward.ts passes on):
+// about a tenth of our CPU per completion in Node's profile. The native class is still the one
+// undici's own Request and Response use inside; they take these as any iterable of pairs.
+
+const NativeHeaders = globalThis.Headers;
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const BAD_VALUE = /[\0\r\n]/;
+/** HTTP whitespace at either end of a value, which the spec strips. */
+const EDGES = /^[\t\n\r ]+|[\t\n\r ]+$/g;
+
+function nameOf(name: string, method: string): string {
+  const text = String(name);
+  if (!TOKEN.test(text)) throw new TypeError(`Headers.${method}: "${text}" is an invalid header name.`);
+  return text.toLowerCase();
+}
+
+function valueOf(value: string, method: string): string {
+  const text = String(value).replace(EDGES, "");
+  if (BAD_VALUE.test(text)) throw new TypeError(`Headers.${method}: "${text}" is an invalid header value.`);
+  return text;
+}
+
+export class LightHeaders {
+  #names: string[] = [];
+  #values: string[] = [];
+
+  constructor(init?: HeadersInit | null) {
+    if (init === undefined || init === null) return;
+    if (typeof init !== "object") throw new TypeError("Headers: the init must be an object");
+    if (Symbol.iterator in init) {
+      for (const pair of init as Iterable<string[]>) {
+        if (pair.length !== 2) throw new TypeError("Headers: each header must be a name and a value");
+        this.append(pair[0]!, pair[1]!);
+      }
+    } else {
+      for (const [name, value] of Object.entries(init as Record<string, string>)) this.append(name, value);
+    }
+  }
+
+  /**
+   * A native Headers counts as one too (a runtime's own fetch answers with those). Not the other
+   * way round: Deno's Response takes an init whose prototype is the native one's for a native
+   * Headers and reads its internal list, which this one has not; as a plain iterable it is read
+   * as pairs, by every runtime.
+   */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return value instanceof NativeHeaders || (typeof value === "object" && value !== null && #names in value);
+  }
+
+  append(name: string, value: string): void {
+    this.#names.push(nameOf(name, "append"));
+    this.#values.push(valueOf(value, "append"));
+  }
+
+  delete(name: string): void {
+    const wanted = nameOf(name, "delete");
+    for (let i = this.#names.length - 1; i >= 0; i--) {
+      if (this.#names[i] === wanted) {
+        this.#names.splice(i, 1);
+        this.#values.splice(i, 1);
+      }
+    }
+  }
+
+  get(name: string): string | null {
+    const wanted = nameOf(name, "get");
+    let found: string | null = null;
+    for (let i = 0; i < this.#names.length; i++) {
+      if (this.#names[i] === wanted) found = found === null ? this.#values[i]! : `${found}, ${this.#values[i]}`;
+    }
+    return found;
+  }
+
+  getSetCookie(): string[] {
+    return this.#values.filter((_, i) => this.#names[i] === "set-cookie");
+  }
+
+  has(name: string): boolean {
+    return this.#names.includes(nameOf(name, "has"));
+  }
+
+  set(name: string, value: string): void {
+    const wanted = nameOf(name, "set");
+    const text = valueOf(value, "set");
+    const at = this.#names.indexOf(wanted);
+    if (at < 0) return void (this.#names.push(wanted), this.#values.push(text));
+    this.#values[at] = text;
+    for (let i = this.#names.length - 1; i > at; i--) {
+      if (this.#names[i] === wanted) {
+        this.#names.splice(i, 1);
+        this.#values.splice(i, 1);
+      }
+    }
+  }
+
+  forEach(callback: (value: string, name: string, parent: Headers) => void, thisArg?: unknown): void {
+    for (const [name, value] of this.entries()) callback.call(thisArg, value, name, this as unknown as Headers);
+  }
+
+  /** As the native class iterates: sorted by name, a name's values joined, Set-Cookie's apart. */
+  *entries(): IterableIterator<[string, string]> {
+    const names = [...new Set(this.#names)].sort();
+    for (const name of names) {
+      if (name === "set-cookie") for (const cookie of this.getSetCookie()) yield [name, cookie];
+      else yield [name, this.get(name)!];
+    }
+  }
+
+  *keys(): IterableIterator<string> {
+    for (const [name] of this.entries()) yield name;
+  }
+
+  *values(): IterableIterator<string> {
+    for (const [, value] of this.entries()) yield value;
+  }
+
+  [Symbol.iterator](): IterableIterator<[string, string]> {
+    return this.entries();
+  }
+
+  get [Symbol.toStringTag](): string {
+    return "Headers";
+  }
+}

@@ -1,0 +1,71 @@
+import { describe, expect, it } from "vitest";
+import { LightHeaders } from "../../src/runtime/node-headers.ts";
+
+// The light Headers against the native class: the same answers to the same calls.
+
+const NativeHeaders = globalThis.Headers;
+const both = (init?: HeadersInit) => [new LightHeaders(init) as unknown as Headers, new NativeHeaders(init)] as const;
+const seen = (headers: Headers) => ({
+  entries: [...headers],
+  keys: [...headers.keys()],
+  values: [...headers.values()],
+  each: (() => {
+    const out: string[] = [];
+    headers.forEach((value, name) => out.push(`${name}=${value}`));
+    return out;
+  })(),
+  cookies: headers.getSetCookie(),
+});
+
+describe("LightHeaders", () => {
+  it("is built from pairs, a record or another Headers, as the native one", () => {
+    const inits: HeadersInit[] = [
+      [["Content-Type", "application/json"], ["X-A", " 1 "], ["x-a", "2"]],
+      { "Content-Type": "text/plain", Accept: "*/*" },
+      new NativeHeaders({ b: "2", a: "1" }),
+      new LightHeaders([["b", "2"], ["a", "1"]]) as unknown as Headers,
+    ];
+    for (const init of inits) {
+      const [light, native] = both(init);
+      expect(seen(light)).toEqual(seen(native));
+    }
+  });
+
+  it("gets, sets, appends and deletes as the native one, names in any case", () => {
+    const [light, native] = both([["set-cookie", "a=1"], ["Vary", "Origin"]]);
+    for (const headers of [light, native]) {
+      headers.append("Set-Cookie", "b=2");
+      headers.append("vary", "Accept");
+      headers.set("X-Overhead", "0.42");
+      headers.set("x-overhead", "0.43");
+      headers.append("x-gone", "1");
+      headers.delete("X-GONE");
+    }
+    expect(seen(light)).toEqual(seen(native));
+    for (const name of ["vary", "VARY", "set-cookie", "x-overhead", "x-gone", "missing"]) {
+      expect(light.get(name)).toBe(native.get(name));
+      expect(light.has(name)).toBe(native.has(name));
+    }
+  });
+
+  it("refuses what the native one refuses", () => {
+    const [light, native] = both();
+    for (const [name, value] of [["bad name", "v"], ["x", "a\r\nb"], ["", "v"], ["x", "a\0b"]] as const) {
+      expect(() => native.append(name, value)).toThrow(TypeError);
+      expect(() => light.append(name, value)).toThrow(TypeError);
+      expect(() => light.set(name, value)).toThrow(TypeError);
+    }
+    expect(() => new LightHeaders([["only-a-name"]] as unknown as HeadersInit)).toThrow(TypeError);
+    expect(() => light.get("bad name")).toThrow(TypeError);
+  });
+
+  it("is a Headers to instanceof, and the native class takes it as an init", () => {
+    const light = new LightHeaders({ "content-type": "text/plain", "x-a": "1" }) as unknown as Headers;
+    expect(light instanceof LightHeaders).toBe(true);
+    expect(new NativeHeaders() instanceof LightHeaders).toBe(true);
+    expect(Object.prototype.toString.call(light)).toBe("[object Headers]");
+    const response = new Response("hi", { headers: light });
+    expect(response.headers.get("x-a")).toBe("1");
+    expect([...new NativeHeaders(light)]).toEqual([...light]);
+  });
+});
