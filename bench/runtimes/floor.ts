@@ -108,7 +108,14 @@ function bunFloor(): void {
         return new Response(wrap(albumId, await upstream.text()), { headers: { "content-type": "application/json" } });
       }
       const path = new URL(request.url).pathname;
-      return fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: await request.arrayBuffer(), unix: runner } as RequestInit);
+      const body = await request.arrayBuffer();
+      const call = () => fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, unix: runner } as RequestInit);
+      // Once more on a connection the runner had closed, as ours does (see forward.ts's send).
+      const upstream = await call().catch(call);
+      // Only the type passed on, as ours drops the runner's connection headers: passed as they
+      // came, they closed the client's connection after about one answer in ten (EPIPE, ECONNRESET).
+      const type = upstream.headers.get("content-type") ?? "application/json";
+      return new Response(upstream.body, { status: upstream.status, headers: { "content-type": type } });
     },
   } as unknown as Parameters<typeof Bun.serve>[0]);
   announce(kind === "album" ? `http://127.0.0.1:${server.port}` : `unix:${listenPath}`);
