@@ -11,7 +11,9 @@ import { Pool } from "undici";
 //   node:http client both resend on a reset reused connection); for inference node:http's client
 //   with a keep-alive Agent (Deno's fetch cannot send a path over a Unix socket);
 // - Bun: Bun.serve and fetch, without keep-alive for the album (Bun's fetch resends on a reset
-//   reused connection), and for inference the bare proxy of bench:inference.
+//   reused connection); for inference with keep-alive, once more on a connection the runner
+//   closed, as ours does.
+// Each passes on only the answer's status and type (ours drops the runner's connection headers).
 
 type DenoServe = (options: Record<string, unknown>, handler: (request: Request) => Response | Promise<Response>) => unknown;
 declare const Deno: { serve: DenoServe; createHttpClient(options: { poolMaxIdlePerHost: number }): unknown } | undefined;
