@@ -144,22 +144,19 @@ async function loadedRunner(stack: Stack, settings: object): Promise<string> {
   return runnerSocket(stack);
 }
 
+/** A bare inference proxy (`entry`: the floor or the adapter's) on `runtime`, from `listenOn` to the `runner` socket. */
+const startProxy = (runtime: RuntimeName, entry: string, runner: string, listenOn: string) =>
+  startServer({ runtime, entry, runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]), env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: listenOn } });
+
 const COMPLETION = JSON.stringify({ model: "ai/tiny", prompt: "hi", max_tokens: 1 });
 
 async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
   // Three clients share the runner; llama-server serves each keep-alive connection on one HTTP thread.
   const runner = await loadedRunner(stack, { "runtime-flags": ["--threads-http", "64"] });
   const proxySocket = join(stack.dir, "floor.sock");
-  const floor = await startServer({
-    runtime,
-    entry: "bench/runtimes/floor.ts",
-    runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]),
-    env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: proxySocket },
-  });
+  const floor = await startProxy(runtime, "bench/runtimes/floor.ts", runner, proxySocket);
   const adapterSocket = join(stack.dir, "adapter.sock");
-  const adapter = steps
-    ? await startServer({ runtime, entry: "bench/runtimes/adapter-proxy.ts", runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]), env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: adapterSocket } })
-    : undefined;
+  const adapter = steps ? await startProxy(runtime, "bench/runtimes/adapter-proxy.ts", runner, adapterSocket) : undefined;
   try {
     console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
     const [bare, us] = (await sideBySide(
@@ -193,12 +190,7 @@ async function streams(runtime: RuntimeName, stack: Stack): Promise<void> {
   const runner = await loadedRunner(stack, { slots: 1 });
   // The floor beside the target: the bare proxy of floor.ts on this runtime, passing the stream on.
   const proxySocket = join(stack.dir, "stream-floor.sock");
-  const floor = await startServer({
-    runtime,
-    entry: "bench/runtimes/floor.ts",
-    runtimeArgs: runtimeArgs(runtime, ["--allow-read", "--allow-write"]),
-    env: { FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: proxySocket },
-  });
+  const floor = await startProxy(runtime, "bench/runtimes/floor.ts", runner, proxySocket);
   try {
     const times = { direct: [] as number[], floor: [] as number[], ours: [] as number[] };
     const sides = [
