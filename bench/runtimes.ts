@@ -18,13 +18,15 @@ import { until } from "../test/support/until.ts";
 // (autocannon, in this Node process; a new connection per stream) is the same for both. Ratios last; exits 1 on a missed target.
 //
 //   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
-//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6), BENCH_NODE_ENTRY)
+//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6), BENCH_WARMUP (2), BENCH_NODE_ENTRY)
 
 const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node,deno").split(",") as RuntimeName[];
 const parts = new Set((process.env.BENCH_PARTS ?? "album,inference,streams,memory").split(","));
 const seconds = Number(process.env.BENCH_SECONDS ?? 3);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 4);
 const streamsPerSide = Number(process.env.BENCH_STREAMS ?? 6);
+/** Seconds of load each side takes, unmeasured, before the rounds (its JIT's warm-up). */
+const warmup = Number(process.env.BENCH_WARMUP ?? 2);
 const P = "/exp/vDD4.40";
 /** Our server's entry per runtime: BENCH_NODE_ENTRY=dist/node/index.js measures Node's bundle (npm run bundle). */
 const entryOf = (runtime: RuntimeName) => (runtime === "node" ? process.env.BENCH_NODE_ENTRY : undefined);
@@ -72,7 +74,7 @@ const f3 = (n: number) => n.toFixed(3);
 /** The sides under the same load in alternating rounds (the order reversed every other round); figures in their order. */
 async function sideBySide(sides: Side[], connections: number): Promise<Figures[]> {
   const figures = sides.map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 }) as Figures);
-  for (const side of sides) await load(side, connections, 2);
+  for (const side of sides) await load(side, connections, warmup);
   for (let round = 0; round < rounds; round++) {
     const order = sides.map((_, i) => i);
     for (const i of round % 2 ? order.reverse() : order) await load(sides[i]!, connections, seconds, figures[i]);
