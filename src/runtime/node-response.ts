@@ -142,9 +142,7 @@ export class LightResponse {
     return JSON.parse(await this.text());
   }
   async arrayBuffer(): Promise<ArrayBuffer> {
-    const bytes = await this.#bytes();
-    if (bytes === undefined) return this.#made().arrayBuffer();
-    return arrayBufferOf(typeof bytes === "string" ? encoder.encode(bytes) : bytes);
+    return arrayBufferOf(await this.bytes());
   }
   /** The bytes as read, not copied into an ArrayBuffer of their own (as arrayBuffer() must). */
   async bytes(): Promise<Uint8Array<ArrayBuffer>> {
