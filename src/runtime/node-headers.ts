@@ -57,8 +57,12 @@ export class LightHeaders {
   }
 
   delete(name: string): void {
-    const wanted = nameOf(name, "delete");
-    for (let i = this.#names.length - 1; i >= 0; i--) {
+    this.#remove(nameOf(name, "delete"), 0);
+  }
+
+  /** Every entry of `wanted` (a lowercase name) from index `from` on. */
+  #remove(wanted: string, from: number): void {
+    for (let i = this.#names.length - 1; i >= from; i--) {
       if (this.#names[i] === wanted) {
         this.#names.splice(i, 1);
         this.#values.splice(i, 1);
@@ -89,12 +93,7 @@ export class LightHeaders {
     const at = this.#names.indexOf(wanted);
     if (at < 0) return void (this.#names.push(wanted), this.#values.push(text));
     this.#values[at] = text;
-    for (let i = this.#names.length - 1; i > at; i--) {
-      if (this.#names[i] === wanted) {
-        this.#names.splice(i, 1);
-        this.#values.splice(i, 1);
-      }
-    }
+    this.#remove(wanted, at + 1);
   }
 
   forEach(callback: (value: string, name: string, parent: Headers) => void, thisArg?: unknown): void {
