@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FetchHandler } from "./types.ts";
 import { lazyRequest } from "./node-request.ts";
+import { LightHeaders } from "./node-headers.ts";
 import { LightResponse, type WholeAnswer } from "./node-response.ts";
 
 // One exchange of node:http (under Node and Deno) as a fetch handler sees it: a Request in
@@ -32,28 +33,20 @@ export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: 
 const BAD_REQUEST = JSON.stringify({ error: { message: "malformed request", type: "invalid_request_error", code: "bad_request" } });
 const INTERNAL = JSON.stringify({ error: { message: "internal error", type: "internal_error", code: "internal_error" } });
 
-/** Headers as node:http's flat list (name, value, name, value...), repeated names kept. */
-function headerList(headers: Iterable<[string, string]>): string[] {
-  const flat: string[] = [];
-  for (const [name, value] of headers) flat.push(name, value);
-  return flat;
-}
-
 /** Waits until the current microtasks ran: a body that is already whole has settled its next read by then. */
 const afterMicrotasks = () => new Promise<void>((resolve) => process.nextTick(resolve));
 
 /** A light answer still whole: its body in one write, with its length, and nothing made in between. */
 function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse): void {
-  const flat = headerList(headers);
-  if (body === undefined) return void res.writeHead(status, flat).end();
-  flat.push("content-length", String(typeof body === "string" ? Buffer.byteLength(body) : body.byteLength));
-  res.writeHead(status, flat).end(body);
+  if (body === undefined) return void res.writeHead(status, headers).end();
+  headers.push("content-length", String(typeof body === "string" ? Buffer.byteLength(body) : body.byteLength));
+  res.writeHead(status, headers).end(body);
 }
 
 async function send(response: Response, res: ServerResponse, departed: AbortSignal): Promise<void> {
   const whole = LightResponse.wholeOf(response);
   if (whole) return sendWhole(whole, res);
-  const headers = headerList(response.headers);
+  const headers = LightHeaders.flatList(response.headers);
   const { status } = response;
   if (!response.body) return void res.writeHead(status, headers).end();
   const reader = response.body.getReader();

@@ -20,7 +20,7 @@ const isWhole = (body: unknown): body is Whole =>
 export type BodySource = { whole(): Promise<Uint8Array>; stream(): ReadableStream<Uint8Array> };
 
 /** What node-exchange.ts writes for a light Response that nobody turned native. */
-export type WholeAnswer = { status: number; headers: [string, string][]; body: Uint8Array | string | undefined };
+export type WholeAnswer = { status: number; headers: string[]; body: Uint8Array | string | undefined };
 
 const TEXT = "text/plain;charset=UTF-8";
 // As fetch decodes a body: a byte order mark dropped, a bad sequence replaced.
@@ -35,6 +35,21 @@ export function arrayBufferOf(view: Uint8Array): ArrayBuffer {
   return view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength) as ArrayBuffer;
 }
 const encoder = new TextEncoder();
+
+/** Init headers as node:http's flat list (name, value, name, value...), without making a Headers. */
+function flatOf(headers: HeadersInit | undefined): string[] {
+  if (!headers) return [];
+  if (Array.isArray(headers) || headers instanceof Headers) return LightHeaders.flatList(headers as Iterable<[string, string]>);
+  const flat: string[] = [];
+  for (const name in headers) flat.push(name, (headers as Record<string, string>)[name]!);
+  return flat;
+}
+
+/** Whether a flat list names `wanted` (lowercase). */
+function names(flat: string[], wanted: string): boolean {
+  for (let i = 0; i < flat.length; i += 2) if (flat[i]!.toLowerCase() === wanted) return true;
+  return false;
+}
 
 /** Init headers as name-value pairs, without making a Headers. */
 function pairsOf(headers: HeadersInit | undefined): [string, string][] {
@@ -102,8 +117,8 @@ export class LightResponse {
   #whole(): WholeAnswer | undefined {
     if (this.#native || this.#used || this.#source) return undefined;
     const body = this.#body;
-    const headers = this.#headers ? ([...this.#headers] as [string, string][]) : pairsOf(this.#init?.headers);
-    if (typeof body === "string" && !this.#headers && !headers.some(([name]) => name.toLowerCase() === "content-type")) headers.push(["content-type", TEXT]);
+    const headers = flatOf(this.#headers ?? this.#init?.headers);
+    if (typeof body === "string" && !this.#headers && !names(headers, "content-type")) headers.push("content-type", TEXT);
     return { status: this.status, headers, body: body instanceof ArrayBuffer ? new Uint8Array(body) : (body ?? undefined) };
   }
 

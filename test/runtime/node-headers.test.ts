@@ -24,6 +24,7 @@ describe("LightHeaders", () => {
       { "Content-Type": "text/plain", Accept: "*/*" },
       new NativeHeaders({ b: "2", a: "1" }),
       new LightHeaders([["b", "2"], ["a", "1"]]) as unknown as Headers,
+      new LightHeaders([["set-cookie", "x=1"], ["Vary", "Origin"], ["a", "1"], ["Set-Cookie", "y=2"], ["vary", "Accept"]]) as unknown as Headers,
     ];
     for (const init of inits) {
       const [light, native] = both(init);
@@ -67,5 +68,15 @@ describe("LightHeaders", () => {
     const response = new Response("hi", { headers: light });
     expect(response.headers.get("x-a")).toBe("1");
     expect([...new NativeHeaders(light)]).toEqual([...light]);
+  });
+
+  it("copies a light one apart from it, and lists its pairs for the wire as they were added", () => {
+    const original = new LightHeaders([["Vary", "Origin"], ["set-cookie", "a=1"], ["vary", "Accept"]]);
+    const copy = new LightHeaders(original as unknown as Headers);
+    copy.delete("vary");
+    expect(original.get("vary")).toBe("Origin, Accept");
+    expect(LightHeaders.flatList(original as unknown as Headers)).toEqual(["vary", "Origin", "set-cookie", "a=1", "vary", "Accept"]);
+    expect(LightHeaders.flatList(copy as unknown as Headers)).toEqual(["set-cookie", "a=1"]);
+    expect(LightHeaders.flatList(new NativeHeaders([["b", "2"], ["a", "1"], ["a", "3"]]))).toEqual(["a", "1, 3", "b", "2"]);
   });
 });
