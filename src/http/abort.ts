@@ -23,19 +23,21 @@ export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefin
 }
 
 /**
- * A signal that aborts as soon as any of `signals` does, with its reason; `dispose` stops it
- * listening. AbortSignal.any does the same, but under Node it keeps weak references and a registry
- * per signal, a measurable share of each inference request's CPU there (bench:runtimes).
+ * A signal that aborts as soon as any of `signals` does, with its reason, or when `abort` is
+ * called; `dispose` stops it listening. AbortSignal.any does the same, but under Node it keeps
+ * weak references and a registry per signal, a measurable share of each inference request's CPU
+ * there (bench:runtimes).
  */
-export function anySignal(signals: AbortSignal[]): { signal: AbortSignal; dispose(): void } {
+export function anySignal(signals: AbortSignal[]): { signal: AbortSignal; dispose(): void; abort(reason: unknown): void } {
   const controller = new AbortController();
   const aborted = signals.find((signal) => signal.aborted);
   if (aborted) {
     controller.abort(aborted.reason);
-    return { signal: controller.signal, dispose: () => {} };
+    return { signal: controller.signal, dispose: () => {}, abort: () => {} };
   }
   const listeners = signals.map((signal) => () => (dispose(), controller.abort(signal.reason)));
   const dispose = () => signals.forEach((signal, i) => signal.removeEventListener("abort", listeners[i]!));
   signals.forEach((signal, i) => signal.addEventListener("abort", listeners[i]!, { once: true }));
-  return { signal: controller.signal, dispose };
+  const abort = (reason: unknown) => (dispose(), controller.abort(reason));
+  return { signal: controller.signal, dispose, abort };
 }

@@ -149,12 +149,15 @@ async function failure({ lease, model, request }: Forwarded, error: unknown, end
   return runnerFailed(model, await exitReason(lease, error));
 }
 
-/** Aborts when the runner dies or the request's time is up, with the error the client gets as reason. */
+/**
+ * Aborts when the runner dies or the request's time is up, with the error the client gets as reason.
+ * One controller that both abort (not a deadline's own joined to the death's): signals are among
+ * the costlier objects a request makes under Node.
+ */
 function timeLimit({ lease, model, bounds }: Forwarded): { signal: AbortSignal; clear(): void } {
   if (!bounds) return { signal: lease.died, clear: () => {} };
-  const deadline = new AbortController();
-  const timer = setTimeout(() => deadline.abort(requestTimedOut(model, bounds.timeoutMs)), bounds.timeoutMs);
-  const ended = anySignal([lease.died, deadline.signal]);
+  const ended = anySignal([lease.died]);
+  const timer = setTimeout(() => ended.abort(requestTimedOut(model, bounds.timeoutMs)), bounds.timeoutMs);
   return { signal: ended.signal, clear: () => (clearTimeout(timer), ended.dispose()) };
 }
 
