@@ -61,9 +61,21 @@ function wholeBody(request: Lazy): Promise<Buffer> {
   request[READ] = true;
   const req = request[SOURCE];
   if (NO_BODY.has(req.method ?? "GET")) return Promise.resolve(Buffer.alloc(0));
+  // Arrived whole already (a small body comes with its headers, and the handler runs after they
+  // were parsed): its declared length is all in the buffer, taken at once, without a listener, a
+  // race and a flowing stream. (node:http marks the message complete only later.)
+  const declared = Number(req.headers["content-length"]);
+  if (declared > 0 && req.readableLength === declared && !req.readableFlowing && !req.destroyed) return Promise.resolve(buffered(req, declared));
   // The client left before the body's end: node:http may close without an error.
   const left = new Promise<never>((_, reject) => req.once("close", () => req.complete || reject(new TypeError("terminated: the client went away"))));
   return Promise.race([readWhole(req), left]);
+}
+
+/** The `length` bytes a message holds in its buffer, all of its body; then left to flow to its end (its 'end' and 'close' come as after any read). */
+function buffered(req: IncomingMessage, length: number): Buffer {
+  const body = req.read(length) as Buffer;
+  req.resume();
+  return body;
 }
 
 /** What a handler commonly reads, answered without the native Request while there is none. */
