@@ -22,13 +22,13 @@ export type Answer = { status: number; headers: IncomingHttpHeaders; body: Reada
 /** A fetch over `send`; rejects as fetch does (a TypeError with the cause, or the signal's reason). */
 export function callFetch(send: (call: Call) => Promise<Answer>): typeof fetch {
   return (async (input: RequestInfo | URL, init: Init = {}) => {
-    const url = typeof input === "string" ? new URL(input) : input instanceof URL ? input : new URL(input.url);
+    const { origin, path } = typeof input === "string" ? target(input) : input instanceof URL ? targetOf(input) : target(input.url);
     const call: Call = {
-      origin: url.origin,
-      path: url.pathname + url.search,
+      origin,
+      path,
       method: init.method ?? "GET",
       headers: flatHeaders(init.headers),
-      body: await wholeBody(init.body),
+      body: isWhole(init.body) ? (init.body ?? undefined) : await wholeBody(init.body),
       signal: init.signal ?? undefined,
     };
     call.signal?.throwIfAborted();
@@ -41,6 +41,25 @@ export function callFetch(send: (call: Call) => Promise<Answer>): typeof fetch {
     }
     return webResponse(answer, call.signal);
   }) as typeof fetch;
+}
+
+/** Where a call goes: origin, and path with its query. */
+type Target = { origin: string; path: string };
+
+const targetOf = (url: URL): Target => ({ origin: url.origin, path: url.pathname + url.search });
+
+// Parsed once per URL: a runner's calls go to a handful of them, and a parsed URL was among the
+// larger objects each call made (bench:runtimes). Bounded, for the photo service's many albums.
+const targets = new Map<string, Target>();
+const TARGETS_KEPT = 256;
+
+function target(input: string): Target {
+  let known = targets.get(input);
+  if (known) return known;
+  known = targetOf(new URL(input));
+  if (targets.size >= TARGETS_KEPT) targets.clear();
+  targets.set(input, known);
+  return known;
 }
 
 /** undici's request API on `dispatcher` (a keep-alive pool; undici never sends a request twice). */
@@ -81,8 +100,11 @@ function flatHeaders(headers: HeadersInit | undefined): Record<string, string> {
   return headers as Record<string, string>;
 }
 
-async function wholeBody(body: BodyInit | null | undefined): Promise<Uint8Array | string | undefined> {
-  if (body === undefined || body === null || typeof body === "string" || body instanceof Uint8Array) return body ?? undefined;
+/** A body the transport takes as it is (awaited only when it is not: a turn per call). */
+const isWhole = (body: BodyInit | null | undefined): body is Uint8Array<ArrayBuffer> | string | null | undefined =>
+  body === undefined || body === null || typeof body === "string" || body instanceof Uint8Array;
+
+async function wholeBody(body: BodyInit): Promise<Uint8Array> {
   return new Uint8Array(await new Response(body).arrayBuffer());
 }
 
