@@ -152,8 +152,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const waitFrom = performance.now();
   let lease: Lease;
   try {
-    const { keepAlive, contextSize } = options;
-    const wish = { caller: caller.name, lane: options.lane ?? "interactive", ...(keepAlive ? { keepAlive } : {}), ...(contextSize ? { contextSize } : {}) };
+    const wish = { caller: caller.name, lane: options.lane ?? "interactive", keepAlive: options.keepAlive, contextSize: options.contextSize };
     lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, wish);
   } catch (error) {
     if (request.signal.aborted) throw clientGone();
@@ -169,8 +168,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const timed = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
   const timer = account.ticket ? bothTimers(timed, account.ticket.timer) : timed;
   const clock = { startedAt, waitedMs };
-  const { bounds } = deps;
-  return forward({ lease, model: name, path, body, request, stream, clock, bounds, ...(options.errorEvent ? { errorEvent: options.errorEvent } : {}), ...(timer ? { timer } : {}) });
+  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer });
 }
 
 /** Room for the token limit the bound adds to a body that was at the size limit. */
