@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { request as httpRequest } from "node:http";
+import { connect } from "node:net";
+import { once } from "node:events";
+import { until } from "../support/until.ts";
 import { nodeRuntime } from "../../src/runtime/node.ts";
 import { LightResponse } from "../../src/runtime/node-response.ts";
 import type { Listener } from "../../src/runtime/types.ts";
@@ -73,6 +76,27 @@ describe("through node:http", () => {
     const answer = await call("/stream-body", { method: "POST", chunked: ["one ", "two ", "three"] });
     expect(answer).toMatchObject({ status: 201, text: "one two three" });
     expect(answer.headers["content-type"]).toBe("text/plain;charset=UTF-8");
+  });
+
+  it("a body with a length is read whole whether it came with its headers or later, and the connection serves the next request", async () => {
+    const { port, hostname } = new URL(base);
+    const socket = connect(Number(port), hostname);
+    await once(socket, "connect");
+    let received = "";
+    socket.setEncoding("utf8");
+    socket.on("data", (chunk: string) => (received += chunk));
+    const head = (body: string) => `POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+    // The first body after a pause (read as it comes), the second with its headers (taken from the buffer).
+    const late = '{"late":"yes"}';
+    socket.write(head(late) + late.slice(0, 5));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    socket.write(late.slice(5));
+    const early = '{"early":"yes"}';
+    socket.write(head(early) + early);
+    await until(() => (received.match(/HTTP\/1\.1 200/g) ?? []).length === 2, "both answers");
+    socket.end();
+    expect(received).toContain('"body":{"late":"yes"}');
+    expect(received).toContain('"body":{"early":"yes"}');
   });
 
   it("headers set after the Response was made are sent; a native Response is sent as it is; a 204 has no body", async () => {
