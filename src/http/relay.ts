@@ -36,7 +36,11 @@ export function relay(
     downstream.error(reason);
   });
   const stopReading = () => void reader.cancel(died.reason).catch(() => {});
+  // Once, whichever comes first: a client that leaves while a read waits ends that read too.
+  let finished = false;
   const finish = () => {
+    if (finished) return;
+    finished = true;
     stalled.stop();
     clientGone.removeEventListener("abort", leave);
     died.removeEventListener("abort", stopReading);

@@ -64,4 +64,17 @@ describe("relay", () => {
     expect(seen.cancelled).toEqual(new Error("left"));
     expect(done).toBe(1);
   });
+
+  it("calls done once when its client leaves while a read waits", async () => {
+    const gone = new AbortController();
+    const { stream } = stalledSource(["data: 1\n\n"]);
+    let done = 0;
+    const reader = relay(stream, { died: new AbortController().signal, clientGone: gone.signal }, () => done++, async () => undefined).getReader();
+    await reader.read();
+    const waiting = reader.read().catch(() => undefined);
+    gone.abort(new Error("left"));
+    await waiting;
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(done).toBe(1);
+  });
 });
