@@ -58,20 +58,18 @@ const TAIL_BYTES = 4096;
 export type ErrorEvent = (error: HttpError) => Uint8Array;
 
 export async function forward(forwarded: Forwarded): Promise<Response> {
-  const { lease, model, request } = forwarded;
-  const ended = timeLimit(forwarded);
-  // The call ends when its client leaves too; it stops listening once the answer is over.
-  const call = anySignal([request.signal, ended.signal]);
+  const { lease, request } = forwarded;
+  // It stops listening once the answer is over.
+  const call = callSignal(forwarded);
   const release = () => {
-    ended.clear();
-    call.dispose();
+    call.clear();
     lease.release();
   };
   let upstream: Response;
   const sentAt = performance.now();
   lease.sending(forwarded.stream);
   try {
-    upstream = await send(forwarded, ended.signal, call.signal);
+    upstream = await send(forwarded, call.signal);
   } catch (error) {
     release();
     throw error;
@@ -91,9 +89,9 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     // per request on the album's path.
     let answer: Uint8Array<ArrayBuffer>;
     try {
-      answer = await unlessAborted(upstream.bytes(), ended.signal);
+      answer = await unlessAborted(upstream.bytes(), call.signal);
     } catch (error) {
-      throw await failure(forwarded, error, ended.signal);
+      throw await failure(forwarded, error, call.signal);
     } finally {
       release();
     }
@@ -127,12 +125,12 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   };
   const relayed = relay(
     upstream.body,
-    { died: ended.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
+    { died: call.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
       if (request.signal.aborted) return undefined;
       // Mid-stream, the status is sent: the error goes as an SSE event, the way llama-server sends its own.
-      return (forwarded.errorEvent ?? sseError)(await failure(forwarded, error, ended.signal));
+      return (forwarded.errorEvent ?? sseError)(await failure(forwarded, error, call.signal));
     },
     seen,
   );
@@ -141,24 +139,25 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
 
 /**
  * Why a call to the runner failed, sent or read: the client left, the request ran out of time, the
- * runner stopped answering (both are `ended`'s reason), or the runner died (and how).
+ * runner stopped answering (both are the call's reason), or the runner died (and how).
  */
-async function failure({ lease, model, request }: Forwarded, error: unknown, ended: AbortSignal): Promise<HttpError> {
+async function failure({ lease, model, request }: Forwarded, error: unknown, call: AbortSignal): Promise<HttpError> {
   if (request.signal.aborted) return clientGone();
-  if (ended.reason instanceof HttpError) return ended.reason;
+  if (call.reason instanceof HttpError) return call.reason;
   return runnerFailed(model, await exitReason(lease, error));
 }
 
 /**
- * Aborts when the runner dies or the request's time is up, with the error the client gets as reason.
- * One controller that both abort (not a deadline's own joined to the death's): signals are among
- * the costlier objects a request makes under Node.
+ * The call's signal: aborts when its client leaves, when the runner dies, or when the request's
+ * time is up, with the error the client gets as reason (a client that left is told apart by its
+ * request's own signal). One controller for the three, not one per cause joined by another:
+ * signals are among the costlier objects a request makes under Node.
  */
-function timeLimit({ lease, model, bounds }: Forwarded): { signal: AbortSignal; clear(): void } {
-  if (!bounds) return { signal: lease.died, clear: () => {} };
-  const ended = anySignal([lease.died]);
-  const timer = setTimeout(() => ended.abort(requestTimedOut(model, bounds.timeoutMs)), bounds.timeoutMs);
-  return { signal: ended.signal, clear: () => (clearTimeout(timer), ended.dispose()) };
+function callSignal({ lease, model, request, bounds }: Forwarded): { signal: AbortSignal; clear(): void } {
+  const call = anySignal([request.signal, lease.died]);
+  if (!bounds) return { signal: call.signal, clear: call.dispose };
+  const timer = setTimeout(() => call.abort(requestTimedOut(model, bounds.timeoutMs)), bounds.timeoutMs);
+  return { signal: call.signal, clear: () => (clearTimeout(timer), call.dispose()) };
 }
 
 /**
@@ -173,7 +172,7 @@ function timeLimit({ lease, model, bounds }: Forwarded): { signal: AbortSignal; 
  * cancels a task whose connection closes before its answer, so no second answer could come of it.
  * A runner that died is not retried: its death is the answer, at once.
  */
-async function send(forwarded: Forwarded, ended: AbortSignal, signal: AbortSignal): Promise<Response> {
+async function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   const { lease, path, body, request, stream } = forwarded;
   const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
   if (stream) headers.connection = "close";
@@ -182,7 +181,7 @@ async function send(forwarded: Forwarded, ended: AbortSignal, signal: AbortSigna
       return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
     } catch (error) {
       if (attempt === 0 && !signal.aborted && lease.running()) continue;
-      throw await failure(forwarded, error, ended);
+      throw await failure(forwarded, error, signal);
     }
   }
 }
