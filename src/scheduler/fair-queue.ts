@@ -51,6 +51,8 @@ export class FairQueue<T> {
 
   /** Whether callers other than one used the runner within SHARED_WINDOW_MS. */
   shared(): boolean {
+    // One caller (or none) seen: nothing to forget can make it shared (asked several times a request).
+    if (this.seen.size <= 1) return false;
     const since = this.now() - SHARED_WINDOW_MS;
     for (const [caller, at] of this.seen) if (at < since) this.seen.delete(caller);
     return this.seen.size > 1;
@@ -75,7 +77,8 @@ export class FairQueue<T> {
 
   /** The lane whose turn it is: interactive while any waits, else batch; undefined when none waits. */
   nextLane(): Lane | undefined {
-    return LANES.find((lane) => this.lanes[lane].size > 0);
+    for (let i = 0; i < LANES.length; i++) if (this.lanes[LANES[i]!].size > 0) return LANES[i];
+    return undefined;
   }
 
   /** Whether a request in `lane` would be served before every one waiting now. */
