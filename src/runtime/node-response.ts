@@ -45,8 +45,8 @@ function flatOf(headers: HeadersInit | undefined): string[] {
   return flat;
 }
 
-/** Whether a flat list names `wanted` (lowercase). */
-function names(flat: string[], wanted: string): boolean {
+/** Whether a flat list has a header named `wanted` (lowercase), in any case. */
+function hasName(flat: string[], wanted: string): boolean {
   for (let i = 0; i < flat.length; i += 2) if (flat[i]!.toLowerCase() === wanted) return true;
   return false;
 }
@@ -118,7 +118,7 @@ export class LightResponse {
     if (this.#native || this.#used || this.#source) return undefined;
     const body = this.#body;
     const headers = flatOf(this.#headers ?? this.#init?.headers);
-    if (typeof body === "string" && !this.#headers && !names(headers, "content-type")) headers.push("content-type", TEXT);
+    if (typeof body === "string" && !this.#headers && !hasName(headers, "content-type")) headers.push("content-type", TEXT);
     return { status: this.status, headers, body: body instanceof ArrayBuffer ? new Uint8Array(body) : (body ?? undefined) };
   }
 

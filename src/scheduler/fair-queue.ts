@@ -77,7 +77,7 @@ export class FairQueue<T> {
 
   /** The lane whose turn it is: interactive while any waits, else batch; undefined when none waits. */
   nextLane(): Lane | undefined {
-    for (let i = 0; i < LANES.length; i++) if (this.lanes[LANES[i]!].size > 0) return LANES[i];
+    for (const lane of LANES) if (this.lanes[lane].size > 0) return lane;
     return undefined;
   }
 
