@@ -96,15 +96,14 @@ describe("the Responses API", () => {
     const provider = createOpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused" });
     const { object } = await generateObject({
       model: provider("ai/chat"),
-      schema: z.object({ color: z.enum(["red", "green", "blue"]), word: z.string().max(8) }),
+      schema: z.object({ color: z.enum(["red", "green", "blue"]), word: z.string().regex(/^[a-z]{1,8}$/) }),
       prompt: "Pick a colour and a word.",
       maxOutputTokens: ROOM,
       maxRetries: 0,
     });
     expect(["red", "green", "blue"]).toContain(object.color);
-    // maxLength counts characters (code points), as JSON Schema and llama-server's grammar do: a
-    // character outside the BMP is one of them but two UTF-16 units of `.length`.
-    expect([...object.word].length).toBeLessThanOrEqual(8);
+    // A pattern, not max(8): see COLOR_SCHEMA for why random weights can break a length held in code points.
+    expect(object.word).toMatch(/^[a-z]{1,8}$/);
   });
 });
 

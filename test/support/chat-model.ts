@@ -7,12 +7,18 @@ import type { TinyGgufOptions } from "./tiny-gguf.ts";
 
 export const CHAT_MODEL: TinyGgufOptions = { vocabulary: "bpe", seed: 1 };
 
-/** An answer's shape: one of three colours and a word of at most 8 characters. */
+/**
+ * An answer's shape: one of three colours and a word of one to eight lower-case letters. A pattern,
+ * not maxLength: llama-server's grammar counts code points as it decodes bytes without checking
+ * continuation bytes, so random weights can emit a lead byte plus two ASCII characters as one
+ * "character" that decodes to three (U+FFFD and the two), and a word within maxLength by the
+ * grammar's count was once eleven characters long. Bytes a-z are one character either way.
+ */
 export const COLOR_SCHEMA = {
   type: "object",
   properties: {
     color: { type: "string", enum: ["red", "green", "blue"] },
-    word: { type: "string", maxLength: 8 },
+    word: { type: "string", pattern: "^[a-z]{1,8}$" },
   },
   required: ["color", "word"],
   additionalProperties: false,
