@@ -9,10 +9,11 @@ export const CHAT_MODEL: TinyGgufOptions = { vocabulary: "bpe", seed: 1 };
 
 /**
  * An answer's shape: one of three colours and a word of one to eight lower-case letters. A pattern,
- * not maxLength: llama-server's grammar counts code points as it decodes bytes without checking
- * continuation bytes, so random weights can emit a lead byte plus two ASCII characters as one
- * "character" that decodes to three (U+FFFD and the two), and a word within maxLength by the
- * grammar's count was once eleven characters long. Bytes a-z are one character either way.
+ * not maxLength: llama-server's grammar counts code points as it decodes a token's bytes without
+ * checking that the bytes after a lead byte are continuation bytes (src/llama-grammar.cpp,
+ * decode_utf8), so random weights can emit a lead byte and two ASCII characters as one "character"
+ * that decodes to three (U+FFFD and the two): a word within maxLength by the grammar's count was
+ * once eleven characters long. Bytes a-z are one character either way.
  */
 export const COLOR_SCHEMA = {
   type: "object",
