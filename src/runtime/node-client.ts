@@ -1,12 +1,12 @@
 import { request as httpRequest, type Agent as HttpAgent, type IncomingHttpHeaders } from "node:http";
-import { pipeline, type Readable } from "node:stream";
+import { pipeline, Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
-import type { Dispatcher } from "undici";
 import { pacedStream, readWhole } from "./paced-stream.ts";
 import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
 
-// A fetch for the calls we make (the photo service, the runners), on undici's request API rather
-// than on its fetch: the fetch spec's machinery (a Request, its body and signal steps, a fetch
+// A fetch for the calls we make (the photo service, the runners), over a transport of our own
+// (Node: undici's dispatch API, undici-send.ts; Deno's runner calls: node:http's client) rather
+// than over undici's fetch: the fetch spec's machinery (a Request, its body and signal steps, a fetch
 // controller per call) cost Node 2-3x the CPU of the call itself (a 50-photo album: about 330 vs
 // 95-125 µs per call, same run). It does what our calls ask of fetch: method, headers, a whole
 // body, a signal, no redirects followed (each is one call), a compressed answer inflated as far as
@@ -16,8 +16,12 @@ import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
 type Init = RequestInit & { duplex?: string };
 /** A call as the transport takes it: origin and path apart, the headers flat. */
 export type Call = { origin: string; path: string; method: string; headers: Record<string, string>; body: Uint8Array | string | undefined; signal: AbortSignal | undefined };
-/** What the transport answers: status, headers (node:http's shape) and the body as a Node stream. */
-export type Answer = { status: number; headers: IncomingHttpHeaders; body: Readable };
+/**
+ * What the transport answers: status, headers (node:http's shape) and the body, as a Node stream
+ * (node:http's client) or read by the transport itself (undici-send.ts: it follows the call's
+ * signal and fails as fetch does on its own).
+ */
+export type Answer = { status: number; headers: IncomingHttpHeaders; body: Readable | BodySource };
 
 /** A fetch over `send`; rejects as fetch does (a TypeError with the cause, or the signal's reason). */
 export function callFetch(send: (call: Call) => Promise<Answer>): typeof fetch {
@@ -61,14 +65,6 @@ function target(input: string): Target {
   targets.set(input, known);
   return known;
 }
-
-/** undici's request API on `dispatcher` (a keep-alive pool; undici never sends a request twice). */
-export const undiciSend =
-  (dispatcher: Dispatcher) =>
-  async ({ origin, path, method, headers, body, signal }: Call): Promise<Answer> => {
-    const answer = await dispatcher.request({ origin, path, method: method as Dispatcher.HttpMethod, headers, body, signal });
-    return { status: answer.statusCode, headers: answer.headers, body: answer.body };
-  };
 
 /**
  * node:http's client with `agent`, to `socketPath` when given: Deno's calls to its runners (Deno's
@@ -117,6 +113,7 @@ function webResponse({ status, headers, body }: Answer, signal: AbortSignal | un
     if (Array.isArray(value)) for (const each of value) pairs.push([name, each]);
     else if (value !== undefined) pairs.push([name, value]);
   }
+  if (!(body instanceof Readable)) return LightResponse.streamed(body, { status, headers: pairs });
   if (NULL_BODY.has(status)) {
     body.resume();
     return new LightResponse(null, { status, headers: pairs }) as unknown as Response;

@@ -4,13 +4,14 @@ import { Readable } from "node:stream";
 import { serveWithNodeHttp } from "./node-http.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import type { Dispatcher } from "undici";
-import { callFetch, undiciSend, type Answer, type Call } from "./node-client.ts";
+import { callFetch, type Answer, type Call } from "./node-client.ts";
+import { undiciSend } from "./undici-send.ts";
 import { endedStream, type ChildExit, type ChildProcess, type Runtime, type SpawnOptions } from "./types.ts";
 
 /**
- * Calls through undici's request API (half the CPU of node:http's client, a third of fetch's, per
- * call here), undici loaded once a runner starts or the album service asks for its fetch: an idle
- * model runner holds none of it (about 11 MiB).
+ * Calls through undici's dispatch API (undici-send.ts: less than half the CPU of node:http's
+ * client, a third of fetch's, per call here), undici loaded once a runner starts or the album
+ * service asks for its fetch: an idle model runner holds none of it (about 11 MiB).
  */
 function undiciFetch(dispatcher: () => Promise<Dispatcher>): typeof fetch {
   // Loading starts now, not on the first call: under load it took longer than a call's deadline.
