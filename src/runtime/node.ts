@@ -15,9 +15,11 @@ import { endedStream, type ChildExit, type ChildProcess, type Runtime, type Spaw
  */
 function undiciFetch(dispatcher: () => Promise<Dispatcher>): typeof fetch {
   // Loading starts now, not on the first call: under load it took longer than a call's deadline.
-  const send: Promise<(call: Call) => Promise<Answer>> = dispatcher().then(undiciSend);
+  let loaded: ((call: Call) => Promise<Answer>) | undefined;
+  const send = dispatcher().then((made) => (loaded = undiciSend(made)));
   send.catch(() => {}); // a failed load fails each call instead
-  return callFetch(async (call) => (await send)(call));
+  // Once loaded, a call goes straight on: an async frame awaiting the load cost each call a promise.
+  return callFetch((call) => (loaded ? loaded(call) : send.then((ready) => ready(call))));
 }
 
 let upstreamFetch: typeof fetch | undefined;
