@@ -171,6 +171,9 @@ class ReadableSink implements Sink {
 
   fail(error: Error): void {
     this.#over = true;
-    this.body.destroy(error);
+    // As undici's request API does: a turn later, so that whoever took the answer (its promise
+    // settled before this) listens by then, and with a listener of its own, so that an error
+    // nobody hears cannot end the process.
+    queueMicrotask(() => this.body.on("error", () => {}).destroy(error));
   }
 }

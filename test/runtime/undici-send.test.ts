@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createServer, type Server, type ServerResponse } from "node:http";
+import { createServer as createTcpServer } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Agent } from "undici";
 import { callFetch } from "../../src/runtime/node-client.ts";
@@ -120,4 +121,28 @@ describe("undici's dispatch as our fetch", () => {
     server.closeAllConnections();
     await expect(text).rejects.toThrow(TypeError);
   });
+
+  it("an encoded answer whose connection breaks in the read that brought its headers fails its read, and nothing else", async () => {
+    // The headers and a malformed chunk in one packet: undici's parser fails right after the headers.
+    const broken = createTcpServer((socket) => {
+      socket.once("data", () => {
+        const encoding = brokenEncodings.shift();
+        socket.end(`HTTP/1.1 200 OK\r\ncontent-encoding: ${encoding}\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n`);
+      });
+    });
+    const brokenEncodings = ["gzip", "unheard-of"];
+    await new Promise<void>((resolve) => broken.listen(0, "127.0.0.1", resolve));
+    const at = `http://127.0.0.1:${(broken.address() as { port: number }).port}`;
+    try {
+      for (const _ of ["gzip", "unheard-of"]) {
+        const answer = await send(`${at}/`).catch((error: unknown) => error);
+        // Either the call fails, or its body does: never a hang, never an unheard error.
+        if (answer instanceof Error) expect(answer).toBeInstanceOf(TypeError);
+        else await expect((answer as Response).text()).rejects.toThrow(TypeError);
+      }
+    } finally {
+      await new Promise((resolve) => broken.close(resolve));
+    }
+  });
 });
+
