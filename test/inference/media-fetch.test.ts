@@ -62,8 +62,15 @@ let media: Media;
 let other: Media;
 beforeAll(async () => {
   media = await mediaHost("127.0.0.1");
-  // A second loopback address, so that "judged" and "not judged" can both be on this machine.
+  // A second loopback address, so that "judged" and "not judged" can both be on this machine. Never
+  // on the first's port: the kernel may give both addresses the same one, and then a call to
+  // 127.0.0.2 at the first's port, meant to be refused, reaches this host (seen once in a full run).
   other = await mediaHost("127.0.0.2");
+  while (other.port === media.port) {
+    const taken = other;
+    other = await mediaHost("127.0.0.2");
+    await new Promise((resolve) => taken.server.close(resolve));
+  }
 });
 afterAll(async () => {
   for (const host of [media, other]) {
