@@ -124,6 +124,10 @@ function webResponse({ status, headers, body }: Answer, signal: AbortSignal | un
   return LightResponse.streamed(bodySource(source, body, signal), { status, headers: pairs });
 }
 
+/** What a body's reader gets when the body fails, as fetch has it: the signal's reason, or "terminated". */
+export const bodyFailure = (signal: AbortSignal | undefined) => (error: Error) =>
+  signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error });
+
 /**
  * `source` read whole, or as a web stream that reads on only as its reader asks (so an inflated
  * body grows only as far as it is read). The call's signal, or cancelling the stream, destroys
@@ -133,7 +137,7 @@ function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal 
   const onAbort = () => socketSide.destroy(signal?.reason);
   signal?.addEventListener("abort", onAbort, { once: true });
   const settled = () => signal?.removeEventListener("abort", onAbort);
-  const failure = (error: Error) => (signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error }));
+  const failure = bodyFailure(signal);
   // Heard from the start, read or not: an unheard stream error would end the process.
   let failed: Error | undefined;
   source.once("error", (error) => ((failed = error), settled()));

@@ -1,7 +1,7 @@
 import { Readable } from "node:stream";
 import type { IncomingHttpHeaders } from "node:http";
 import type { Dispatcher } from "undici";
-import type { Answer, Call } from "./node-client.ts";
+import { bodyFailure, type Answer, type Call } from "./node-client.ts";
 import type { BodySource } from "./node-response.ts";
 
 // Node's calls (the photo service, the runners) on undici's dispatch API: the answer's bytes come
@@ -28,7 +28,7 @@ export const undiciSend =
       };
       const settled = () => signal?.removeEventListener("abort", onAbort);
       signal?.addEventListener("abort", onAbort, { once: true });
-      const failure = (error: Error) => (signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error }));
+      const failure = bodyFailure(signal);
       const handler: Dispatcher.DispatchHandler = {
         onRequestStart(started) {
           controller = started;
@@ -38,7 +38,9 @@ export const undiciSend =
           sink = answerHeaders["content-encoding"] ? new ReadableSink(started) : new WholeOrStream(started, failure);
           resolve({ status, headers: answerHeaders as IncomingHttpHeaders, body: sink.body });
         },
-        onResponseData: (_, chunk) => sink!.data(chunk),
+        // undici hands on an empty chunk each time it resumes a paused parser: passed on, it made a
+        // read, a pull and a resume forever. Nothing to pass on.
+        onResponseData: (_, chunk) => void (chunk.byteLength > 0 && sink!.data(chunk)),
         onResponseEnd() {
           settled();
           sink!.end();
@@ -83,8 +85,7 @@ class WholeOrStream implements Sink, BodySource {
   }
 
   data(chunk: Buffer): void {
-    // undici hands on an empty chunk each time it resumes a paused parser: nothing to pass on.
-    if (this.#cancelled || chunk.byteLength === 0) return;
+    if (this.#cancelled) return;
     if (this.#stream) {
       this.#stream.enqueue(chunk);
       if ((this.#stream.desiredSize ?? 0) <= 0) this.#controller.pause();
@@ -161,7 +162,7 @@ class ReadableSink implements Sink {
   }
 
   data(chunk: Buffer): void {
-    if (chunk.byteLength > 0 && !this.body.push(chunk)) this.#controller.pause();
+    if (!this.body.push(chunk)) this.#controller.pause();
   }
 
   end(): void {
