@@ -22,8 +22,10 @@ function statMicros(stat: string): number {
 }
 
 /**
- * CPU time so far per thread name (Linux; empty elsewhere), in microseconds. Bun runs its fetch
- * client on a thread of its own ("HTTP Client") and compiles on others: where a proxy's time goes.
+ * CPU time so far per thread name (Linux; empty elsewhere), in microseconds; the process's main
+ * thread is "main". Bun runs its fetch client on a thread of its own ("HTTP Client") and compiles
+ * on others; Node's V8 helpers (the optimizing compiler, the GC's) share the executable's name
+ * with its main thread, which is why that one is told apart: where a proxy's time goes.
  */
 export function threadMicros(pid: number | undefined): Map<string, number> {
   const times = new Map<string, number>();
@@ -36,7 +38,7 @@ export function threadMicros(pid: number | undefined): Map<string, number> {
     } catch {
       continue; // the thread ended meanwhile
     }
-    const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+    const name = tid === String(pid) ? "main" : stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
     times.set(name, (times.get(name) ?? 0) + statMicros(stat));
   }
   return times;

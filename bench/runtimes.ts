@@ -1,5 +1,5 @@
 import autocannon from "autocannon";
-import { cpuMicros } from "./cpu.ts";
+import { cpuMicros, threadMicros } from "./cpu.ts";
 import { spawn } from "node:child_process";
 import { request as httpRequest } from "node:http";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
@@ -15,7 +15,9 @@ import { until } from "../test/support/until.ts";
 // socket, beside a bare proxy on that runtime in front of the same llama-server; (3) 128-token
 // streams through us vs from llama-server directly (and through the bare proxy, shown beside); (4) the idle model runner's RSS. Rounds
 // alternate the sides (and their order), so drift on a shared machine hits both alike; the client
-// (autocannon, in this Node process; a new connection per stream) is the same for both. Ratios last; exits 1 on a missed target.
+// (autocannon, in this Node process; a new connection per stream) is the same for both. Each side's
+// line has its server's CPU per request, by thread (the main one, the JIT's and GC's helpers), and
+// for inference the shared llama-server's. Ratios last; exits 1 on a missed target.
 //
 //   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
 //                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6), BENCH_WARMUP (2), BENCH_NODE_ENTRY)
@@ -38,12 +40,19 @@ const judge = (line: string, met: boolean) => {
   summary.push({ line, met });
 };
 
-/** `pid`: the server's process, whose CPU time per request is printed (steadier than req/s here). */
-type Side = { name: string; url: string; pid: number; socketPath?: string; body?: string };
-type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number };
+/**
+ * `pid`: the server's process, whose CPU time per request is printed (steadier than req/s here);
+ * `runnerPid`: the llama-server behind it, whose time per request is printed too (both sides share
+ * one, and on this machine its time competes with the proxy's).
+ */
+type Side = { name: string; url: string; pid: number; runnerPid?: number; socketPath?: string; body?: string };
+/** `threads`: CPU µs per thread name (the main thread, the JIT's and GC's helpers...), summed over the rounds. */
+type Figures = { requests: number; seconds: number; latencies: number[]; errors: number; cpuMicros: number; threads: Map<string, number>; runnerMicros: number };
 
 function load(side: Side, connections: number, duration: number, figures?: Figures): Promise<void> {
   const cpuBefore = cpuMicros(side.pid);
+  const threadsBefore = threadMicros(side.pid);
+  const runnerBefore = cpuMicros(side.runnerPid);
   return new Promise((resolve, reject) => {
     const post = side.body ? { method: "POST" as const, body: side.body, headers: { "content-type": "application/json" } } : {};
     const instance = autocannon({ url: side.url, socketPath: side.socketPath, connections, duration, ...post }, (error, result) => {
@@ -51,6 +60,8 @@ function load(side: Side, connections: number, duration: number, figures?: Figur
       if (figures) {
         figures.seconds += duration;
         figures.cpuMicros += cpuMicros(side.pid) - cpuBefore;
+        figures.runnerMicros += cpuMicros(side.runnerPid) - runnerBefore;
+        for (const [name, micros] of threadMicros(side.pid)) figures.threads.set(name, (figures.threads.get(name) ?? 0) + micros - (threadsBefore.get(name) ?? 0));
         figures.errors += result.errors + result.timeouts + result.non2xx;
       }
       resolve();
@@ -73,16 +84,26 @@ const f3 = (n: number) => n.toFixed(3);
 
 /** The sides under the same load in alternating rounds (the order reversed every other round); figures in their order. */
 async function sideBySide(sides: Side[], connections: number): Promise<Figures[]> {
-  const figures = sides.map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0 }) as Figures);
+  const figures = sides.map(() => ({ requests: 0, seconds: 0, latencies: [], errors: 0, cpuMicros: 0, threads: new Map(), runnerMicros: 0 }) as Figures);
   for (const side of sides) await load(side, connections, warmup);
   for (let round = 0; round < rounds; round++) {
     const order = sides.map((_, i) => i);
     for (const i of round % 2 ? order.reverse() : order) await load(sides[i]!, connections, seconds, figures[i]);
   }
   for (const [i, f] of figures.entries()) {
-    console.log(`  ${sides[i]!.name.padEnd(7)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}, server CPU ${(f.cpuMicros / f.requests).toFixed(0)} µs/req`);
+    console.log(`  ${sides[i]!.name.padEnd(7)} ${(f.requests / f.seconds).toFixed(0).padStart(6)} req/s, p50 ${f3(percentile(f.latencies, 0.5))} ms, p99 ${f3(percentile(f.latencies, 0.99))} ms, errors ${f.errors}, server CPU ${(f.cpuMicros / f.requests).toFixed(0)} µs/req (${perThread(f)})${sides[i]!.runnerPid ? `, runner CPU ${(f.runnerMicros / f.requests).toFixed(0)} µs/req` : ""}`);
   }
   return figures;
+}
+
+/** A side's CPU per request by thread, largest first, as `main 300, node 40` (Node's V8 helpers are "node"); threads under 1 µs left out. */
+function perThread({ threads, requests }: Figures): string {
+  return [...threads]
+    .map(([name, micros]) => [name, micros / requests] as const)
+    .filter(([, each]) => each >= 1)
+    .sort((a, b) => b[1] - a[1])
+    .map(([name, each]) => `${name} ${each.toFixed(0)}`)
+    .join(", ");
 }
 
 /** With BENCH_STEPS=1, the bare proxy served through our adapter (bench/runtimes/adapter-proxy.ts) runs beside the two. */
@@ -137,6 +158,16 @@ async function runnerSocket(stack: Stack): Promise<string> {
   return join(stack.dir, "run", socket);
 }
 
+/** The llama-server process listening on `socket` (its command line names it). */
+async function runnerPid(socket: string): Promise<number> {
+  for (const pid of await readdir("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    const command = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    if (command.includes("llama-server") && command.split("\0").includes(socket)) return Number(pid);
+  }
+  throw new Error(`no llama-server on ${socket}`);
+}
+
 async function loadedRunner(stack: Stack, settings: object): Promise<string> {
   await post(stack.socket, "/engines/unload", { all: true });
   await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 0, "the runners unloaded");
@@ -159,13 +190,14 @@ async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
   const floor = await startProxy(runtime, "bench/runtimes/floor.ts", runner, proxySocket);
   const adapterSocket = join(stack.dir, "adapter.sock");
   const adapter = steps ? await startProxy(runtime, "bench/runtimes/adapter-proxy.ts", runner, adapterSocket) : undefined;
+  const pidOfRunner = await runnerPid(runner);
   try {
     console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
     const [bare, us] = (await sideBySide(
       [
-        { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid },
-        { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid },
-        ...(adapter ? [{ name: "adapter", url: "http://localhost/v1/completions", socketPath: adapterSocket, body: COMPLETION, pid: adapter.pid }] : []),
+        { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid, runnerPid: pidOfRunner },
+        { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid, runnerPid: pidOfRunner },
+        ...(adapter ? [{ name: "adapter", url: "http://localhost/v1/completions", socketPath: adapterSocket, body: COMPLETION, pid: adapter.pid, runnerPid: pidOfRunner }] : []),
       ],
       16,
     )) as [Figures, Figures];
