@@ -172,18 +172,16 @@ function callSignal({ lease, model, request, bounds }: Forwarded): { signal: Abo
  * cancels a task whose connection closes before its answer, so no second answer could come of it.
  * A runner that died is not retried: its death is the answer, at once.
  */
-async function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
+function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   const { lease, path, body, request, stream } = forwarded;
   const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
   if (stream) headers.connection = "close";
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
-    } catch (error) {
-      if (attempt === 0 && !signal.aborted && lease.running()) continue;
-      throw await failure(forwarded, error, signal);
-    }
-  }
+  const call = () => lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
+  const failed = async (error: unknown): Promise<never> => {
+    throw await failure(forwarded, error, signal);
+  };
+  // Callbacks, not an async frame with a loop: most requests go once, and pay for no frame.
+  return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
 }
 
 function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {

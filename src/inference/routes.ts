@@ -176,14 +176,19 @@ const BOUND_FIELD_BYTES = 64;
 
 const isLoadFailure = (error: unknown) => error instanceof HttpError && error.code === "model_load_failed";
 
-/** Counts each answer by route and status, errors included. */
-export async function counted(metrics: InferenceMetrics, route: string, handle: () => Promise<Response>): Promise<Response> {
+/** Counts each answer by route and status, errors included. (Callbacks, not an async frame: one less per request.) */
+export function counted(metrics: InferenceMetrics, route: string, handle: () => Promise<Response>): Promise<Response> {
+  let answer: Promise<Response>;
   try {
-    const response = await handle();
-    metrics.countRequest(route, response.status);
-    return response;
+    answer = handle();
   } catch (error) {
-    metrics.countRequest(route, error instanceof HttpError ? error.status : 500);
-    throw error;
+    answer = Promise.reject(error);
   }
+  return answer.then(
+    (response) => (metrics.countRequest(route, response.status), response),
+    (error: unknown) => {
+      metrics.countRequest(route, error instanceof HttpError ? error.status : 500);
+      throw error;
+    },
+  );
 }

@@ -15,8 +15,6 @@ export function referenceParam(request: IRequest): string {
   }
 }
 
-export async function resolveOr404(store: Pick<ModelStore, "resolve">, reference: string): Promise<StoredModel> {
-  const model = await store.resolve(reference);
-  if (!model) throw modelNotFound(reference);
-  return model;
+export function resolveOr404(store: Pick<ModelStore, "resolve">, reference: string): Promise<StoredModel> {
+  return store.resolve(reference).then((model) => model ?? Promise.reject(modelNotFound(reference)));
 }

@@ -148,7 +148,19 @@ export class LightResponse {
     this.#used = true;
     return this.#source ? this.#source.whole() : (body as string | Uint8Array);
   }
-  async text(): Promise<string> {
+  /**
+   * A body still arriving, read whole straight from its source (undefined for any other body):
+   * the common read of an answer to one of our calls goes without an async frame of ours around it.
+   */
+  #fromSource(): Promise<Uint8Array> | undefined {
+    if (!this.#source || this.#native || this.#used) return undefined;
+    this.#used = true;
+    return this.#source.whole();
+  }
+  text(): Promise<string> {
+    return this.#fromSource()?.then((bytes) => utf8.decode(bytes)) ?? this.#text();
+  }
+  async #text(): Promise<string> {
     const bytes = await this.#bytes();
     if (bytes === undefined) return this.#made().text();
     return typeof bytes === "string" ? bytes : utf8.decode(bytes);
@@ -160,7 +172,10 @@ export class LightResponse {
     return arrayBufferOf(await this.bytes());
   }
   /** The bytes as read, not copied into an ArrayBuffer of their own (as arrayBuffer() must). */
-  async bytes(): Promise<Uint8Array<ArrayBuffer>> {
+  bytes(): Promise<Uint8Array<ArrayBuffer>> {
+    return (this.#fromSource() as Promise<Uint8Array<ArrayBuffer>> | undefined) ?? this.#otherBytes();
+  }
+  async #otherBytes(): Promise<Uint8Array<ArrayBuffer>> {
     const bytes = await this.#bytes();
     if (bytes === undefined) return new Uint8Array(await this.#made().arrayBuffer());
     return (typeof bytes === "string" ? encoder.encode(bytes) : bytes) as Uint8Array<ArrayBuffer>;

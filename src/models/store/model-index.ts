@@ -67,13 +67,22 @@ const forgetLooks = () => lookedAt.clear();
 
 /** The index as the file holds it; `fresh`: looked at now, even if it was in this turn (a decision to change the store rests on it). */
 export async function readIndex(layout: Layout, { fresh = false } = {}): Promise<IndexEntry[]> {
+  return knownIndex(layout, fresh) ?? load(layout);
+}
+
+/**
+ * The index as last read, when the file still holds it (or was looked at in this turn), without a
+ * promise: what every inference request asks. Undefined when the file must be read (again); the
+ * empty index when there is no file. `fresh`: as readIndex's.
+ */
+export function knownIndex(layout: Layout, fresh = false): IndexEntry[] | undefined {
   const cached = cache.get(layout.root);
   if (cached && !fresh && lookedAt.has(layout.root)) return cached.models;
   // A synchronous stat: through the thread pool (async) it costs ten times the CPU of the stat
   // itself. On NFS it is answered from the attribute cache (see the docs).
   const stats = statSync(layout.indexFile, { throwIfNoEntry: false });
   if (!stats) return NONE;
-  if (!cached || !same(cached.identity, stats)) return load(layout);
+  if (!cached || !same(cached.identity, stats)) return undefined;
   if (lookedAt.size === 0) setImmediate(forgetLooks);
   lookedAt.add(layout.root);
   return cached.models;

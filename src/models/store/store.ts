@@ -6,7 +6,7 @@ import { layout as layoutOf, type Layout } from "./layout.ts";
 import { createLeases } from "./leases.ts";
 import { withLock } from "./lock-file.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
-import { blobsOf, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
+import { blobsOf, knownIndex, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
 import { findUnused, removeUnused, type Unused, type UnusedRule } from "./sweep.ts";
 
 // The model store: blobs, manifests and the index behind one object, shared with any other
@@ -119,6 +119,16 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
   // (a new index, after any change, starts afresh), without parsing the name again.
   const resolved = new WeakMap<IndexEntry[], Map<string, StoredModel | undefined>>();
 
+  const resolveIn = (models: IndexEntry[], reference: string): StoredModel | undefined => {
+    let found = resolved.get(models);
+    if (!found) resolved.set(models, (found = new Map()));
+    if (found.has(reference)) return found.get(reference);
+    const entry = findEntry(models, reference, referenceOptions);
+    const model = entry && frozen(toStored(layout, entry));
+    if (found.size < RESOLVED_PER_INDEX) found.set(reference, model);
+    return model;
+  };
+
   /** Whether the blob is there, asked under its lock: a collection does not remove it meanwhile. */
   const stillThere = (digest: string) => withLock(layout.blobLock(digest), { pollMs: 50 }, () => hasBlob(layout, digest));
 
@@ -133,15 +143,15 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     root,
     layout,
     referenceOptions,
-    async resolve(reference) {
-      const models = await readIndex(layout);
-      let found = resolved.get(models);
-      if (!found) resolved.set(models, (found = new Map()));
-      if (found.has(reference)) return found.get(reference);
-      const entry = findEntry(models, reference, referenceOptions);
-      const model = entry && frozen(toStored(layout, entry));
-      if (found.size < RESOLVED_PER_INDEX) found.set(reference, model);
-      return model;
+    // The index as last read, when the file still holds it, answers without a read's async frames.
+    resolve(reference) {
+      let known: IndexEntry[] | undefined;
+      try {
+        known = knownIndex(layout);
+      } catch (error) {
+        return Promise.reject(error); // a stat that failed (EACCES...), as a read's failure
+      }
+      return known ? Promise.resolve(resolveIn(known, reference)) : readIndex(layout).then((models) => resolveIn(models, reference));
     },
     async list() {
       return (await readIndex(layout)).map((entry) => toStored(layout, entry));
