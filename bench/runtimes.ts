@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { startStack, startRunnerService, type Stack } from "../test/inference/harness.ts";
 import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../test/support/server-process.ts";
 import { until } from "../test/support/until.ts";
+import { runnersOn } from "../test/sidecar/harness.ts";
 
 // Each runtime against its own floor, in one run: Bun, Node and Deno each serve (1) the album
 // service beside an exactly-once bare proxy on that runtime (bench/runtimes/floor.ts), 32
@@ -158,16 +159,6 @@ async function runnerSocket(stack: Stack): Promise<string> {
   return join(stack.dir, "run", socket);
 }
 
-/** The llama-server process listening on `socket` (its command line names it). */
-async function runnerPid(socket: string): Promise<number> {
-  for (const pid of await readdir("/proc")) {
-    if (!/^\d+$/.test(pid)) continue;
-    const command = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
-    if (command.includes("llama-server") && command.split("\0").includes(socket)) return Number(pid);
-  }
-  throw new Error(`no llama-server on ${socket}`);
-}
-
 async function loadedRunner(stack: Stack, settings: object): Promise<string> {
   await post(stack.socket, "/engines/unload", { all: true });
   await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 0, "the runners unloaded");
@@ -190,7 +181,8 @@ async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
   const floor = await startProxy(runtime, "bench/runtimes/floor.ts", runner, proxySocket);
   const adapterSocket = join(stack.dir, "adapter.sock");
   const adapter = steps ? await startProxy(runtime, "bench/runtimes/adapter-proxy.ts", runner, adapterSocket) : undefined;
-  const pidOfRunner = await runnerPid(runner);
+  const [pidOfRunner] = runnersOn(runner);
+  if (pidOfRunner === undefined) throw new Error(`no llama-server on ${runner}`);
   try {
     console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
     const [bare, us] = (await sideBySide(

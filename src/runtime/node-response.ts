@@ -140,13 +140,16 @@ export class LightResponse {
   }
 
   // Reading the body whole needs no native Response either.
-  /** The body's bytes, or undefined where only the native Response can tell them. */
+  /**
+   * The body's bytes, or undefined where only the native Response can tell them. A body still
+   * arriving is read by #fromSource; here it can only be one already read (refused as such).
+   */
   async #bytes(): Promise<string | Uint8Array | undefined> {
     const body = this.#body;
     if (this.#native || !(this.#source || typeof body === "string" || body instanceof Uint8Array)) return undefined;
     if (this.#used) throw new TypeError("Body is unusable: Body has already been read");
     this.#used = true;
-    return this.#source ? this.#source.whole() : (body as string | Uint8Array);
+    return body as string | Uint8Array;
   }
   /**
    * A body still arriving, read whole straight from its source (undefined for any other body):

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -37,6 +37,21 @@ export function isGone(pid: number): boolean {
   } catch {
     return true;
   }
+}
+
+/** The pids of the processes whose command line has `--host <socketPath>`. */
+export function runnersOn(socketPath: string): number[] {
+  return readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry))
+    .filter((pid) => {
+      try {
+        const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+        return args[args.indexOf("--host") + 1] === socketPath && !isGone(Number(pid));
+      } catch {
+        return false; // it ended while we looked
+      }
+    })
+    .map(Number);
 }
 
 /** Polls `check` until it holds or `limitMs` passes; returns whether it held. */

@@ -1,9 +1,9 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { launchEnv } from "../../sidecar/binary.ts";
 import { createSupervisor, SidecarError, type RunnerSpec, type Sidecar, type Supervisor } from "../../sidecar/index.ts";
-import { eventually, isGone, sidecarWorld, type SidecarWorld } from "./harness.ts";
+import { eventually, isGone, runnersOn, sidecarWorld, type SidecarWorld } from "./harness.ts";
 
 let world: SidecarWorld;
 let supervisor: Supervisor;
@@ -35,21 +35,6 @@ async function startError(spec: Partial<RunnerSpec> & { name: string }, signal?:
 
 const post = (sidecar: Sidecar, path: string, body: object) =>
   sidecar.fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-
-/** The pids of the processes whose command line has `--host <socketPath>`. */
-function runnersOn(socketPath: string): number[] {
-  return readdirSync("/proc")
-    .filter((entry) => /^\d+$/.test(entry))
-    .filter((pid) => {
-      try {
-        const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
-        return args[args.indexOf("--host") + 1] === socketPath && !isGone(Number(pid));
-      } catch {
-        return false; // it ended while we looked
-      }
-    })
-    .map(Number);
-}
 
 describe("a completion runner on the tiny model", () => {
   let sidecar: Sidecar;
