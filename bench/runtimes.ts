@@ -14,20 +14,22 @@ import { runnersOn } from "../test/sidecar/harness.ts";
 // service beside an exactly-once bare proxy on that runtime (bench/runtimes/floor.ts), 32
 // connections, a 50-photo upstream; (2) `max_tokens: 1` completions, 16 at a time over the Unix
 // socket, beside a bare proxy on that runtime in front of the same llama-server; (3) 128-token
-// streams through us vs from llama-server directly (and through the bare proxy, shown beside); (4) the idle model runner's RSS. Rounds
+// streams through us vs from llama-server directly (and through the bare proxy, shown beside; with
+// each proxy's and the runner's CPU per stream); (4) the idle model runner's RSS. Rounds
 // alternate the sides (and their order), so drift on a shared machine hits both alike; the client
 // (autocannon, in this Node process; a new connection per stream) is the same for both. Each side's
 // line has its server's CPU per request, by thread (the main one, the JIT's and GC's helpers), and
 // for inference the shared llama-server's. Ratios last; exits 1 on a missed target.
 //
 //   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
-//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (6), BENCH_WARMUP (2), BENCH_NODE_ENTRY)
+//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (20), BENCH_WARMUP (2), BENCH_NODE_ENTRY)
 
 const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node,deno").split(",") as RuntimeName[];
 const parts = new Set((process.env.BENCH_PARTS ?? "album,inference,streams,memory").split(","));
 const seconds = Number(process.env.BENCH_SECONDS ?? 3);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 4);
-const streamsPerSide = Number(process.env.BENCH_STREAMS ?? 6);
+/** Streams per side: 128 tokens take 35-60 ms here, and with 6 a side the ratio moved by up to 0.3 between runs. */
+const streamsPerSide = Number(process.env.BENCH_STREAMS ?? 20);
 /** Seconds of load each side takes, unmeasured, before the rounds (its JIT's warm-up). */
 const warmup = Number(process.env.BENCH_WARMUP ?? 2);
 const P = "/exp/vDD4.40";
@@ -218,22 +220,29 @@ async function streams(runtime: RuntimeName, stack: Stack): Promise<void> {
   const proxySocket = join(stack.dir, "stream-floor.sock");
   const floor = await startProxy(runtime, "bench/runtimes/floor.ts", runner, proxySocket);
   try {
-    const times = { direct: [] as number[], floor: [] as number[], ours: [] as number[] };
-    const sides = [
-      () => streamMs(runner, "/v1/completions").then((t) => times.direct.push(t)),
-      () => streamMs(proxySocket, "/v1/completions").then((t) => times.floor.push(t)),
-      () => streamMs(stack.socket, `${P}/v1/completions`).then((t) => times.ours.push(t)),
-    ];
-    for (const side of sides) await side();
-    times.direct.length = times.floor.length = times.ours.length = 0;
+    const [pidOfRunner] = runnersOn(runner); // CPU per stream: a proxy's competes with the runner's on these 2 cores
+    // Per side: each stream's time, and the CPU its proxy (none direct) and the runner spent on it.
+    const sideOf = (socket: string, path: string, pid?: number) => ({ socket, path, pid, times: [] as number[], proxyMicros: 0, runnerMicros: 0 });
+    const [direct, bare, ours] = [sideOf(runner, "/v1/completions"), sideOf(proxySocket, "/v1/completions", floor.pid), sideOf(stack.socket, `${P}/v1/completions`, stack.server.pid)];
+    const sides = [direct, bare, ours];
+    const stream = async (side: (typeof sides)[number], measured = true) => {
+      const [proxyBefore, runnerBefore] = [cpuMicros(side.pid), cpuMicros(pidOfRunner)];
+      const ms = await streamMs(side.socket, side.path);
+      if (!measured) return;
+      side.times.push(ms);
+      side.proxyMicros += cpuMicros(side.pid) - proxyBefore;
+      side.runnerMicros += cpuMicros(pidOfRunner) - runnerBefore;
+    };
+    for (const side of sides) await stream(side, false);
     for (let round = 0; round < streamsPerSide; round++) {
-      for (const side of round % 2 ? [...sides].reverse() : sides) await side();
+      for (const side of round % 2 ? [...sides].reverse() : sides) await stream(side);
     }
     const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
-    const each = (values: number[]) => `${(sum(values) / values.length).toFixed(1)} ms`;
-    console.log(`${runtime}: ${streamsPerSide} streams of 128 tokens a side: direct ${each(times.direct)}, floor ${each(times.floor)}, ours ${each(times.ours)} each`);
-    console.log(`  ${runtime} streams: the bare proxy's time/direct ${f3(sum(times.floor) / sum(times.direct))} (not judged: the floor under the target)`);
-    const ratio = sum(times.ours) / sum(times.direct);
+    const each = ({ times, pid, proxyMicros, runnerMicros }: (typeof sides)[number]) =>
+      `${(sum(times) / times.length).toFixed(1)} ms (${pid ? `proxy CPU ${(proxyMicros / times.length / 1000).toFixed(1)} ms, ` : ""}runner CPU ${(runnerMicros / times.length / 1000).toFixed(1)} ms)`;
+    console.log(`${runtime}: ${streamsPerSide} streams of 128 tokens a side, each: direct ${each(direct)}, floor ${each(bare)}, ours ${each(ours)}`);
+    console.log(`  ${runtime} streams: the bare proxy's time/direct ${f3(sum(bare.times) / sum(direct.times))} (not judged: the floor under the target)`);
+    const ratio = sum(ours.times) / sum(direct.times);
     judge(`${runtime} streams: ours/direct time ${f3(ratio)} (target <= 1.05)`, ratio <= 1.05);
   } finally {
     await floor.stop(2_000);
