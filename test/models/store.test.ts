@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { afterEach, describe, expect, it } from "vitest";
-import { projectRoot, runtimeBinary } from "../support/server-process.ts";
+import { commandLine, projectRoot, runtimeBinary } from "../support/server-process.ts";
 import { until } from "../support/until.ts";
 import { createModelStore, type ModelStore } from "../../src/models/index.ts";
 import type { BlobSource } from "../../src/models/store/blobs.ts";
@@ -141,7 +141,7 @@ describe("a store shared by several processes", () => {
   it("keeps every writer's models when separate processes (Bun, Node) add to it at once", async () => {
     root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
     const writers = (["bun", "node", "bun", "node"] as const).map((runtime, i) => {
-      const args = [...(runtime === "bun" ? ["run"] : []), "test/support/store-writer.ts", root, `w${i}`, "8"];
+      const args = commandLine({ runtime, entry: "test/support/store-writer.ts", args: [root, `w${i}`, "8"] });
       const child = spawn(runtimeBinary(runtime), args, { cwd: projectRoot, stdio: ["ignore", "inherit", "inherit"] });
       return once(child, "close").then(([code]) => code);
     });

@@ -19,7 +19,7 @@ const runtime = await detectRuntime();
 const call = new AbortController();
 const answer = await runtime.unixFetch(socketPath)("http://runner/v1/completions", { method: "POST", body: "{}", signal: call.signal });
 call.abort(new Error("the runner died"));
-const silence = new Promise<string>((resolve) => setTimeout(() => resolve("still waiting after 10 s"), 10_000).unref?.());
+const silence = new Promise<string>((resolve) => setTimeout(() => resolve("still waiting after 10 s"), 10_000));
 const outcome = await Promise.race([answer.bytes().then(() => "resolved", (error: Error) => `rejected: ${error.message}`), silence]);
 console.log(JSON.stringify({ status: answer.status, outcome }));
 runner.close();

@@ -54,7 +54,8 @@ export const denoPermissions = (extra: string[] = []) => [
 
 export const runtimeBinary = (runtime: RuntimeName) => join(projectRoot, "node_modules", ".bin", runtime);
 
-function commandLine(options: ServerOptions): string[] {
+/** The runtime's arguments that run `entry` (default src/index.ts) with `runtimeArgs` and `args`, for a server or a script run to its end. */
+export function commandLine(options: Pick<ServerOptions, "runtime" | "entry" | "args" | "runtimeArgs">): string[] {
   const entry = options.entry ?? "src/index.ts";
   const runtimeArgs = options.runtimeArgs ?? (options.runtime === "deno" ? denoPermissions() : []);
   const verb = options.runtime === "node" ? [] : ["run"];
