@@ -22,7 +22,8 @@ import { runnersOn } from "../test/sidecar/harness.ts";
 // for inference the shared llama-server's. Ratios last; exits 1 on a missed target.
 //
 //   npm run bench:runtimes   (BENCH_RUNTIMES=bun,node,deno, BENCH_PARTS=album,inference,streams,memory,
-//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (20), BENCH_WARMUP (2), BENCH_NODE_ENTRY)
+//                             BENCH_SECONDS (3), BENCH_ROUNDS (4), BENCH_STREAMS (20), BENCH_WARMUP (2), BENCH_NODE_ENTRY,
+//                             BENCH_STEPS=1 (our adapter alone), BENCH_CONTROL=1 (each floor against itself))
 
 const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node,deno").split(",") as RuntimeName[];
 const parts = new Set((process.env.BENCH_PARTS ?? "album,inference,streams,memory").split(","));
@@ -111,6 +112,21 @@ function perThread({ threads, requests }: Figures): string {
 
 /** With BENCH_STEPS=1, the bare proxy served through our adapter (bench/runtimes/adapter-proxy.ts) runs beside the two. */
 const steps = process.env.BENCH_STEPS === "1";
+/**
+ * With BENCH_CONTROL=1, a second copy of the floor runs beside the two: how far two identical
+ * servers land apart in the same run is the resolution of the ratios above (shown, not judged).
+ */
+const control = process.env.BENCH_CONTROL === "1";
+
+/** The control's line: the second floor (the side named "control", if any) against the first, by the target's ratio and percentile. */
+function showControl(runtime: RuntimeName, part: string, sides: Side[], figures: Figures[], p: number): void {
+  const at = sides.findIndex((side) => side.name === "control");
+  if (at < 0) return;
+  const [first, second] = [figures[0]!, figures[at]!];
+  const ratio = second.requests / second.seconds / (first.requests / first.seconds);
+  const extra = percentile(second.latencies, p) - percentile(first.latencies, p);
+  console.log(`  ${runtime} ${part} control (the floor against itself, not judged): req/s ${f3(ratio)}; p${p * 100} over the floor ${f3(extra)} ms`);
+}
 
 const addressOf = (server: ServerProcess, pattern = /listening on (http:\/\/[\d.]+:\d+)/) => {
   const url = pattern.exec(server.output())?.[1];
@@ -126,15 +142,19 @@ async function album(runtime: RuntimeName, photos: string): Promise<void> {
   const floor = await startServer({ runtime, entry: "bench/runtimes/floor.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } });
   const ours = await startServer({ runtime, entry: entryOf(runtime), runtimeArgs: runtimeArgs(runtime), env: { ...env, SERVICES: "album", ALBUM_PORT: "0" } });
   const adapter = steps ? await startServer({ runtime, entry: "bench/runtimes/adapter-proxy.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } }) : undefined;
+  const second = control ? await startServer({ runtime, entry: "bench/runtimes/floor.ts", runtimeArgs: runtimeArgs(runtime), env: { ...env, FLOOR: "album" } }) : undefined;
   try {
     console.log(`${runtime}: album service, 32 connections, ${rounds} rounds of ${seconds} s a side`);
     const side = (name: string, server: ServerProcess) => ({ name, url: `${addressOf(server)}/api/albums/1`, pid: server.pid });
-    const [bare, us] = (await sideBySide([side("floor", floor), side("ours", ours), ...(adapter ? [side("adapter", adapter)] : [])], 32)) as [Figures, Figures];
+    const sides = [side("floor", floor), side("ours", ours), ...(adapter ? [side("adapter", adapter)] : []), ...(second ? [side("control", second)] : [])];
+    const figures = await sideBySide(sides, 32);
+    const [bare, us] = figures as [Figures, Figures];
     const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
     const extraP99 = percentile(us.latencies, 0.99) - percentile(bare.latencies, 0.99);
+    showControl(runtime, "album", sides, figures, 0.99);
     judge(`${runtime} album: ours/floor req/s ${f3(ratio)} (target >= 0.9); p99 over the floor ${f3(extraP99)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP99 <= 1);
   } finally {
-    await Promise.all([floor.stop(2_000), ours.stop(2_000), adapter?.stop(2_000)]);
+    await Promise.all([floor.stop(2_000), ours.stop(2_000), adapter?.stop(2_000), second?.stop(2_000)]);
   }
 }
 
@@ -183,23 +203,27 @@ async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
   const floor = await startProxy(runtime, "bench/runtimes/floor.ts", runner, proxySocket);
   const adapterSocket = join(stack.dir, "adapter.sock");
   const adapter = steps ? await startProxy(runtime, "bench/runtimes/adapter-proxy.ts", runner, adapterSocket) : undefined;
+  const controlSocket = join(stack.dir, "control.sock");
+  const second = control ? await startProxy(runtime, "bench/runtimes/floor.ts", runner, controlSocket) : undefined;
   const [pidOfRunner] = runnersOn(runner);
   if (pidOfRunner === undefined) throw new Error(`no llama-server on ${runner}`);
   try {
     console.log(`${runtime}: max_tokens 1 completions, 16 at a time over the Unix socket, ${rounds} rounds of ${seconds} s a side`);
-    const [bare, us] = (await sideBySide(
-      [
-        { name: "floor", url: "http://localhost/v1/completions", socketPath: proxySocket, body: COMPLETION, pid: floor.pid, runnerPid: pidOfRunner },
-        { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid, runnerPid: pidOfRunner },
-        ...(adapter ? [{ name: "adapter", url: "http://localhost/v1/completions", socketPath: adapterSocket, body: COMPLETION, pid: adapter.pid, runnerPid: pidOfRunner }] : []),
-      ],
-      16,
-    )) as [Figures, Figures];
+    const bareSide = (name: string, socketPath: string, pid: number) => ({ name, url: "http://localhost/v1/completions", socketPath, body: COMPLETION, pid, runnerPid: pidOfRunner });
+    const sides = [
+      bareSide("floor", proxySocket, floor.pid),
+      { name: "ours", url: `http://localhost${P}/engines/llama.cpp/v1/completions`, socketPath: stack.socket, body: COMPLETION, pid: stack.server.pid, runnerPid: pidOfRunner },
+      ...(adapter ? [bareSide("adapter", adapterSocket, adapter.pid)] : []),
+      ...(second ? [bareSide("control", controlSocket, second.pid)] : []),
+    ];
+    const figures = await sideBySide(sides, 16);
+    const [bare, us] = figures as [Figures, Figures];
     const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
     const extraP50 = percentile(us.latencies, 0.5) - percentile(bare.latencies, 0.5);
+    showControl(runtime, "completions", sides, figures, 0.5);
     judge(`${runtime} completions: ours/floor req/s ${f3(ratio)} (target >= 0.9); p50 over the floor ${f3(extraP50)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP50 <= 1);
   } finally {
-    await Promise.all([floor.stop(2_000), adapter?.stop(2_000)]);
+    await Promise.all([floor.stop(2_000), adapter?.stop(2_000), second?.stop(2_000)]);
   }
 }
 
@@ -224,7 +248,9 @@ async function streams(runtime: RuntimeName, stack: Stack): Promise<void> {
     // Per side: each stream's time, and the CPU its proxy (none direct) and the runner spent on it.
     const sideOf = (socket: string, path: string, pid?: number) => ({ socket, path, pid, times: [] as number[], proxyMicros: 0, runnerMicros: 0 });
     const [direct, bare, ours] = [sideOf(runner, "/v1/completions"), sideOf(proxySocket, "/v1/completions", floor.pid), sideOf(stack.socket, `${P}/v1/completions`, stack.server.pid)];
-    const sides = [direct, bare, ours];
+    // The control: llama-server direct once more, its time against the first direct side's.
+    const again = control ? sideOf(runner, "/v1/completions") : undefined;
+    const sides = [direct, bare, ours, ...(again ? [again] : [])];
     const stream = async (side: (typeof sides)[number], measured = true) => {
       const [proxyBefore, runnerBefore] = [cpuMicros(side.pid), cpuMicros(pidOfRunner)];
       const ms = await streamMs(side.socket, side.path);
@@ -242,6 +268,7 @@ async function streams(runtime: RuntimeName, stack: Stack): Promise<void> {
       `${(sum(times) / times.length).toFixed(1)} ms (${pid ? `proxy CPU ${(proxyMicros / times.length / 1000).toFixed(1)} ms, ` : ""}runner CPU ${(runnerMicros / times.length / 1000).toFixed(1)} ms)`;
     console.log(`${runtime}: ${streamsPerSide} streams of 128 tokens a side, each: direct ${each(direct)}, floor ${each(bare)}, ours ${each(ours)}`);
     console.log(`  ${runtime} streams: the bare proxy's time/direct ${f3(sum(bare.times) / sum(direct.times))} (not judged: the floor under the target)`);
+    if (again) console.log(`  ${runtime} streams control (direct against itself, not judged): time ${f3(sum(again.times) / sum(direct.times))}`);
     const ratio = sum(ours.times) / sum(direct.times);
     judge(`${runtime} streams: ours/direct time ${f3(ratio)} (target <= 1.05)`, ratio <= 1.05);
   } finally {
