@@ -67,7 +67,7 @@ const forgetLooks = () => lookedAt.clear();
 
 /** The index as the file holds it; `fresh`: looked at now, even if it was in this turn (a decision to change the store rests on it). */
 export async function readIndex(layout: Layout, { fresh = false } = {}): Promise<IndexEntry[]> {
-  return knownIndex(layout, fresh) ?? load(layout);
+  return knownIndex(layout, fresh) ?? loadIndex(layout);
 }
 
 /**
@@ -88,8 +88,8 @@ export function knownIndex(layout: Layout, fresh = false): IndexEntry[] | undefi
   return cached.models;
 }
 
-/** Reads the file and its identity from one open file, so that the two agree. */
-async function load(layout: Layout): Promise<IndexEntry[]> {
+/** Reads the file and its identity from one open file, so that the two agree (where knownIndex has no answer). */
+export async function loadIndex(layout: Layout): Promise<IndexEntry[]> {
   let file: FileHandle;
   try {
     file = await open(layout.indexFile, "r");

@@ -6,7 +6,7 @@ import { layout as layoutOf, type Layout } from "./layout.ts";
 import { createLeases } from "./leases.ts";
 import { withLock } from "./lock-file.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
-import { blobsOf, knownIndex, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
+import { blobsOf, knownIndex, loadIndex, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
 import { findUnused, removeUnused, type Unused, type UnusedRule } from "./sweep.ts";
 
 // The model store: blobs, manifests and the index behind one object, shared with any other
@@ -143,7 +143,8 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     root,
     layout,
     referenceOptions,
-    // The index as last read, when the file still holds it, answers without a read's async frames.
+    // The index as last read, when the file still holds it, answers without a read's async frames;
+    // else the file is read (not looked at a second time first).
     resolve(reference) {
       let known: IndexEntry[] | undefined;
       try {
@@ -151,7 +152,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
       } catch (error) {
         return Promise.reject(error); // a stat that failed (EACCES...), as a read's failure
       }
-      return known ? Promise.resolve(resolveIn(known, reference)) : readIndex(layout).then((models) => resolveIn(models, reference));
+      return known ? Promise.resolve(resolveIn(known, reference)) : loadIndex(layout).then((models) => resolveIn(models, reference));
     },
     async list() {
       return (await readIndex(layout)).map((entry) => toStored(layout, entry));
