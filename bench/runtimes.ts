@@ -118,14 +118,18 @@ const steps = process.env.BENCH_STEPS === "1";
  */
 const control = process.env.BENCH_CONTROL === "1";
 
+/** `other` against `base` as the targets judge it: its share of base's requests per second, and its percentile `p` over base's in ms. */
+function against(base: Figures, other: Figures, p: number): { ratio: number; over: number } {
+  const ratio = other.requests / other.seconds / (base.requests / base.seconds);
+  return { ratio, over: percentile(other.latencies, p) - percentile(base.latencies, p) };
+}
+
 /** The control's line: the second floor (the side named "control", if any) against the first, by the target's ratio and percentile. */
 function showControl(runtime: RuntimeName, part: string, sides: Side[], figures: Figures[], p: number): void {
   const at = sides.findIndex((side) => side.name === "control");
   if (at < 0) return;
-  const [first, second] = [figures[0]!, figures[at]!];
-  const ratio = second.requests / second.seconds / (first.requests / first.seconds);
-  const extra = percentile(second.latencies, p) - percentile(first.latencies, p);
-  console.log(`  ${runtime} ${part} control (the floor against itself, not judged): req/s ${f3(ratio)}; p${p * 100} over the floor ${f3(extra)} ms`);
+  const { ratio, over } = against(figures[0]!, figures[at]!, p);
+  console.log(`  ${runtime} ${part} control (the floor against itself, not judged): req/s ${f3(ratio)}; p${p * 100} over the floor ${f3(over)} ms`);
 }
 
 const addressOf = (server: ServerProcess, pattern = /listening on (http:\/\/[\d.]+:\d+)/) => {
@@ -149,8 +153,7 @@ async function album(runtime: RuntimeName, photos: string): Promise<void> {
     const sides = [side("floor", floor), side("ours", ours), ...(adapter ? [side("adapter", adapter)] : []), ...(second ? [side("control", second)] : [])];
     const figures = await sideBySide(sides, 32);
     const [bare, us] = figures as [Figures, Figures];
-    const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
-    const extraP99 = percentile(us.latencies, 0.99) - percentile(bare.latencies, 0.99);
+    const { ratio, over: extraP99 } = against(bare, us, 0.99);
     showControl(runtime, "album", sides, figures, 0.99);
     judge(`${runtime} album: ours/floor req/s ${f3(ratio)} (target >= 0.9); p99 over the floor ${f3(extraP99)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP99 <= 1);
   } finally {
@@ -218,8 +221,7 @@ async function inference(runtime: RuntimeName, stack: Stack): Promise<void> {
     ];
     const figures = await sideBySide(sides, 16);
     const [bare, us] = figures as [Figures, Figures];
-    const ratio = us.requests / us.seconds / (bare.requests / bare.seconds);
-    const extraP50 = percentile(us.latencies, 0.5) - percentile(bare.latencies, 0.5);
+    const { ratio, over: extraP50 } = against(bare, us, 0.5);
     showControl(runtime, "completions", sides, figures, 0.5);
     judge(`${runtime} completions: ours/floor req/s ${f3(ratio)} (target >= 0.9); p50 over the floor ${f3(extraP50)} ms (target <= 1 ms)`, ratio >= 0.9 && extraP50 <= 1);
   } finally {
