@@ -5,6 +5,7 @@ import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
+import { LEDGER_BOUNDS } from "./inference/usage/ledger.ts";
 import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
@@ -76,6 +77,9 @@ const Settings = z.object({
   KEY_TOKENS_PER_MINUTE: z.coerce.number().int().nonnegative().default(0),
   // Usage per key, model and day, and batches with their files, kept across restarts (default: beside INFERENCE_SETTINGS_PATH).
   USAGE_PATH: z.string().min(1).optional(),
+  // ...bounded, as it is rewritten whole: rows at most (the oldest go first), days kept.
+  USAGE_MAX_ROWS: z.coerce.number().int().min(1).default(LEDGER_BOUNDS.maxRows),
+  USAGE_KEEP_DAYS: z.coerce.number().int().min(1).default(LEDGER_BOUNDS.keepDays),
   BATCHES_PATH: z.string().min(1).optional(),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
@@ -219,6 +223,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       metricsCacheMs: s.INFERENCE_METRICS_CACHE_MS,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
+      usageBounds: { maxRows: s.USAGE_MAX_ROWS, keepDays: s.USAGE_KEEP_DAYS },
       batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
       slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },

@@ -43,7 +43,7 @@ export function createInference(
 ): Inference {
   const launcher = lazyLauncher(config, runtime);
   // Usage per key and model, kept across restarts; each key's limits.
-  const ledger = openLedger(config.usagePath);
+  const ledger = openLedger(config.usagePath, config.usageBounds);
   const limiter = createLimiter();
   const loads = createLoads();
   const metrics = createMetrics(() => [...usageFamilies(ledger, limiter), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);

@@ -108,7 +108,7 @@ export type InferOptions = {
  */
 export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
   const caller = options.caller ?? deps.identify?.(request) ?? LOCAL_CALLER;
-  const account: Account = { model: "" };
+  const account: Account = {};
   try {
     const response = await inferFor(caller, account, deps, endpoint, request, options);
     for (const [name, value] of Object.entries(account.ticket?.headers ?? {})) response.headers.set(name, value);
@@ -120,8 +120,8 @@ export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Re
   }
 }
 
-/** Where a request is counted: the model it names (once known), its ticket once admitted. */
-type Account = { model: string; ticket?: Ticket };
+/** Where a request is counted: the model it names once found (never a name sent, unchecked), its ticket once admitted. */
+type Account = { model?: string; ticket?: Ticket };
 
 async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions): Promise<Response> {
   const startedAt = performance.now();
@@ -129,7 +129,6 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const read = given ? undefined : await readBody(request, deps.bodyLimit);
   const parsed = read ? parseJson(read) : options.json;
   const requested = requestedModel(endpoint, parsed);
-  account.model = requested;
   options.requestedAs?.(requested);
   const remoteMedia = policeBody(parsed, deps.bodyPolicy);
   // Schemas checked and a named tool_choice made one llama-server obeys, then the token ceiling:

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { openLedger, totals } from "../../src/inference/usage/ledger.ts";
+import { LEDGER_BOUNDS, openLedger, totals } from "../../src/inference/usage/ledger.ts";
 import { tokenCounts } from "../../src/inference/usage/tokens.ts";
 
 // The usage file: counts per day, key and model, written whole under a temporary name and renamed.
@@ -12,7 +12,7 @@ describe("the ledger", () => {
     const dir = mkdtempSync(join(tmpdir(), "llamadock-ledger-"));
     const path = join(dir, "usage.json");
     let day = new Date("2026-01-01T23:59:00Z");
-    const ledger = openLedger(path, () => day);
+    const ledger = openLedger(path, LEDGER_BOUNDS, () => day);
     ledger.add("alice", "ai/a", { requests: 1, prompt_tokens: 5, completion_tokens: 3 });
     ledger.add("alice", "ai/a", { requests: 1, errors: 1 });
     day = new Date("2026-01-02T00:01:00Z");
@@ -37,6 +37,46 @@ describe("the ledger", () => {
     writeFileSync(join(dir, "usage.json"), "{half");
     expect(openLedger(join(dir, "usage.json")).rows()).toEqual([]);
     expect(readFileSync(join(dir, "usage.json.unreadable"), "utf8")).toBe("{half");
+  });
+});
+
+describe("the ledger's bounds", () => {
+  const day = (n: number) => new Date(Date.UTC(2026, 0, n, 12));
+  /** `adds`: [day of the month, key, model]; the rows left and what was dropped. */
+  it.each([
+    ["under both bounds: all kept", { maxRows: 10, keepDays: 30 }, [[1, "a", "m"], [2, "a", "m"], [2, "b", "m"]], ["01 a", "02 a", "02 b"], { age: 0, rows: 0 }],
+    ["past maxRows: the oldest row goes first", { maxRows: 2, keepDays: 30 }, [[1, "a", "m"], [2, "a", "m"], [2, "b", "m"]], ["02 a", "02 b"], { age: 0, rows: 1 }],
+    ["a row counted again is not a new row", { maxRows: 2, keepDays: 30 }, [[1, "a", "m"], [1, "b", "m"], [1, "a", "m"], [1, "b", "m"]], ["01 a", "01 b"], { age: 0, rows: 0 }],
+    ["one row kept: the newest", { maxRows: 1, keepDays: 30 }, [[1, "a", "m"], [1, "b", "m"], [1, "c", "m"]], ["01 c"], { age: 0, rows: 2 }],
+    ["past keepDays: a new day drops the days before the window", { maxRows: 10, keepDays: 2 }, [[1, "a", "m"], [2, "a", "m"], [3, "a", "m"]], ["02 a", "03 a"], { age: 1, rows: 0 }],
+    ["keepDays 1: today only", { maxRows: 10, keepDays: 1 }, [[1, "a", "m"], [1, "b", "m"], [5, "a", "m"]], ["05 a"], { age: 2, rows: 0 }],
+  ] as const)("%s", (_name, bounds, adds, left, dropped) => {
+    let now = day(1);
+    const ledger = openLedger(join(mkdtempSync(join(tmpdir(), "llamadock-ledger-")), "usage.json"), bounds, () => now);
+    for (const [n, key, model] of adds) {
+      now = day(n);
+      ledger.add(key, model, { requests: 1 });
+    }
+    expect(ledger.rows().map((r) => `${r.day.slice(8)} ${r.key}`)).toEqual(left);
+    expect(ledger.dropped()).toEqual(dropped);
+  });
+
+  it("a file read at start is held to the bounds, its oldest days first, and written so", async () => {
+    const path = join(mkdtempSync(join(tmpdir(), "llamadock-ledger-")), "usage.json");
+    const row = (d: string, key: string) => ({ day: d, key, model: "m", requests: 1, prompt_tokens: 0, completion_tokens: 0, errors: 0 });
+    // Out of order on disk: the oldest is still the first to go.
+    writeFileSync(path, JSON.stringify({ version: 1, rows: [row("2026-01-09", "c"), row("2025-01-01", "old"), row("2026-01-08", "b"), row("2026-01-07", "a")] }));
+    const now = () => day(10);
+    const ledger = openLedger(path, { maxRows: 3, keepDays: 30 }, now);
+    expect(ledger.rows().map((r) => r.key)).toEqual(["a", "b", "c"]);
+    expect(ledger.dropped()).toEqual({ age: 1, rows: 0 });
+    ledger.add("d", "m", { requests: 1 });
+    expect(ledger.rows().map((r) => r.key)).toEqual(["b", "c", "d"]);
+    await ledger.flush();
+    expect(openLedger(path, { maxRows: 3, keepDays: 30 }, now).rows().map((r) => r.key)).toEqual(["b", "c", "d"]);
+    // A bound lowered since: held to at start.
+    const lowered = openLedger(path, { maxRows: 1, keepDays: 30 }, now);
+    expect([lowered.rows().map((r) => r.key), lowered.dropped()]).toEqual([["d"], { age: 0, rows: 2 }]);
   });
 });
 

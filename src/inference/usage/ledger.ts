@@ -5,10 +5,21 @@ import { writeFileAtomic } from "../../models/store/files.ts";
 // memory and written to one small JSON file at most once a second after a change, to a temporary
 // name and renamed over the old (a crash leaves the old or the new file, never half of one). A
 // restart reads it back: at most the last second's counts are lost with the process.
+//
+// The ledger is bounded, as the file is rewritten whole: rows older than `keepDays` days go when
+// the day changes (and at start), and past `maxRows` rows the oldest go first (rows are kept in
+// the order they were made, which is day order). What went is counted (`dropped`), not kept.
 
 export type UsageCounts = { requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
 export type UsageRow = { day: string; key: string; model: string } & UsageCounts;
 export type UsageFilter = { key?: string; model?: string; day?: string; since?: string; until?: string };
+
+export type LedgerBounds = {
+  /** Rows kept at most; the oldest go first. */
+  maxRows: number;
+  /** Days kept, today included; older rows go when the day changes. */
+  keepDays: number;
+};
 
 export interface Ledger {
   add(key: string, model: string, counts: Partial<UsageCounts>): void;
@@ -16,7 +27,14 @@ export interface Ledger {
   rows(filter?: UsageFilter): UsageRow[];
   /** Writes what is not written yet; resolves once it is on disk. */
   flush(): Promise<void>;
+  /** Rows dropped by the bounds since start, by why (too old, or one too many). */
+  dropped(): Record<DropReason, number>;
 }
+
+export type DropReason = "age" | "rows";
+
+/** Bounds for a usage file of a few MB at most: a year of 50 key-and-model pairs a day. */
+export const LEDGER_BOUNDS: LedgerBounds = { maxRows: 20_000, keepDays: 400 };
 
 const FILE_VERSION = 1;
 const WRITE_DELAY_MS = 1000;
@@ -28,8 +46,17 @@ const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, completion_tokens: 0
  * The ledger kept in `path`, read back from it once, at start (a missing file is an empty ledger;
  * one that cannot be read is moved aside, told, and started afresh: usage never stops the server).
  */
-export function openLedger(path: string, now: () => Date = () => new Date()): Ledger {
-  const rows = new Map<string, UsageRow>(readRows(path).map((row) => [rowKey(row.day, row.key, row.model), row]));
+export function openLedger(path: string, bounds: LedgerBounds = LEDGER_BOUNDS, now: () => Date = () => new Date()): Ledger {
+  // Oldest day first, as rows made from now on follow: the map's first row is always the oldest.
+  const read = readRows(path).sort((a, b) => a.day.localeCompare(b.day));
+  const rows = new Map<string, UsageRow>(read.map((row) => [rowKey(row.day, row.key, row.model), row]));
+  const dropped: Record<DropReason, number> = { age: 0, rows: 0 };
+  const drop = (id: string, reason: DropReason) => {
+    rows.delete(id);
+    if (dropped.age + dropped.rows === 0) console.error(`usage: rows dropped (${reason === "age" ? `older than USAGE_KEEP_DAYS=${bounds.keepDays}` : `past USAGE_MAX_ROWS=${bounds.maxRows}`}); counted in /metrics as llamadock_usage_rows_dropped_total`);
+    dropped[reason]++;
+    dirty = true;
+  };
   let timer: ReturnType<typeof setTimeout> | undefined;
   let writing: Promise<void> = Promise.resolve();
   let dirty = false;
@@ -53,15 +80,31 @@ export function openLedger(path: string, now: () => Date = () => new Date()): Le
   const today = () => {
     const date = now();
     const number = Math.floor(date.getTime() / DAY_MS);
-    if (number !== dayNumber) [dayNumber, dayName] = [number, date.toISOString().slice(0, 10)];
+    if (number !== dayNumber) {
+      [dayNumber, dayName] = [number, date.toISOString().slice(0, 10)];
+      dropOlderThan(new Date((number - bounds.keepDays + 1) * DAY_MS).toISOString().slice(0, 10));
+    }
     return dayName;
   };
+  const dropOlderThan = (first: string) => {
+    for (const [id, row] of rows) if (row.day < first) drop(id, "age");
+  };
+  // A file from before a bound was lowered is held to it at once.
+  const trim = () => {
+    while (rows.size > bounds.maxRows) drop(rows.keys().next().value!, "rows");
+  };
+  today();
+  trim();
   return {
     add(key, model, counts) {
       const day = today();
       const id = rowKey(day, key, model);
       let row = rows.get(id);
-      if (!row) rows.set(id, (row = { day, key, model, ...EMPTY }));
+      if (!row) {
+        rows.set(id, (row = { day, key, model, ...EMPTY }));
+        // The map's first row is the oldest (made first); never the one just made, as maxRows >= 1.
+        trim();
+      }
       for (const field of Object.keys(EMPTY) as (keyof UsageCounts)[]) row[field] += counts[field] ?? 0;
       dirty = true;
       // Unref'd: a pending write never keeps the process up (flush at stop writes it).
@@ -77,6 +120,7 @@ export function openLedger(path: string, now: () => Date = () => new Date()): Le
       clearTimeout(timer);
       return write();
     },
+    dropped: () => ({ ...dropped }),
   };
 }
 

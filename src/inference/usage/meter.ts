@@ -19,12 +19,21 @@ export type Ticket = {
 export interface Meter {
   /** Admits a request of `caller` for `model`, or throws the 429 of a limit (the caller counts it as `refused`). */
   admit(caller: Caller, model: string): Ticket;
-  /** A request refused before admission (a bad body, an unknown model): an error. */
-  refused(caller: Caller, model: string): void;
+  /**
+   * A request refused before admission (a bad body, an unknown model): an error, under the model
+   * it named once that was found, else under UNKNOWN_MODEL.
+   */
+  refused(caller: Caller, model?: string): void;
 }
 
+/**
+ * Where a request refused before its model was found is counted: one row per key and day, never
+ * the name it sent (a client naming a new model each time would grow the ledger without end).
+ */
+export const UNKNOWN_MODEL = "(unknown)";
+
 export function createMeter(ledger: Ledger, limiter: Limiter): Meter {
-  const refused = (caller: Caller, model: string) => ledger.add(caller.name, model, { requests: 1, errors: 1 });
+  const refused = (caller: Caller, model?: string) => ledger.add(caller.name, model || UNKNOWN_MODEL, { requests: 1, errors: 1 });
   return {
     refused,
     admit(caller, model) {

@@ -34,5 +34,11 @@ export function usageFamilies(ledger: Ledger, limiter: Limiter): ExtraFamily[] {
       lines: rows.map((r) => line("llamadock_key_errors_total", { key: r.key, model: r.model }, r.errors)),
     },
     { name: "llamadock_key_rate_limited_total", type: "counter", help: "Requests refused by a key's limit (in_flight, requests_per_minute, tokens_per_minute).", lines: refused },
+    {
+      name: "llamadock_usage_rows_dropped_total",
+      type: "counter",
+      help: "Usage rows dropped since start by the ledger's bounds: older than USAGE_KEEP_DAYS (age), past USAGE_MAX_ROWS (rows).",
+      lines: Object.entries(ledger.dropped()).map(([reason, n]) => line("llamadock_usage_rows_dropped_total", { reason }, n)),
+    },
   ];
 }
