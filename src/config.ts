@@ -2,7 +2,7 @@ import { availableParallelism, homedir } from "node:os";
 import { dirname, join } from "node:path";
 import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
-import { KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
+import { checkKeyEntries, KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
 import { LEDGER_BOUNDS } from "./inference/usage/ledger.ts";
@@ -236,7 +236,7 @@ function list(value: string | undefined): string[] {
 }
 
 function security(s: z.infer<typeof Settings>) {
-  const keyEntries = [...list(s.API_KEYS).map((key): KeyEntry => ({ key, name: unnamed(key), admin: false, limits: {} })), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])];
+  const keyEntries = checkedKeys([...list(s.API_KEYS).map((key): KeyEntry => ({ key, name: unnamed(key), admin: false, limits: {} })), ...(s.API_KEYS_FILE ? keysFile(s.API_KEYS_FILE) : [])]);
   const apiKeys = keyEntries.map((e) => e.key);
   return {
     keyEntries,
@@ -255,6 +255,15 @@ function keysFile(path: string): KeyEntry[] {
     return readKeyFile(path);
   } catch (error) {
     throw new ConfigError(`${error instanceof KeyFileError ? "" : "cannot read "}API_KEYS_FILE ${path}: ${(error as Error).message}`);
+  }
+}
+
+/** API_KEYS and API_KEYS_FILE's keys together: each key and each name once, no reserved name. */
+function checkedKeys(entries: KeyEntry[]): KeyEntry[] {
+  try {
+    return checkKeyEntries(entries);
+  } catch (error) {
+    throw new ConfigError(`API_KEYS and API_KEYS_FILE: ${(error as Error).message}`);
   }
 }
 

@@ -45,17 +45,33 @@ export function parseKeyLine(line: string): KeyEntry {
   return entry;
 }
 
-/** Key entries from a key file's text: one a line, `#` comments; a name may be given once. */
+/** Key entries from a key file's text: one a line, `#` comments; checked as `checkKeyEntries` does. */
 export function parseKeyFile(text: string): KeyEntry[] {
   const entries = text
     .split("\n")
     .map((line) => line.trim())
     .filter((line) => line && !line.startsWith("#"))
     .map(parseKeyLine);
+  return checkKeyEntries(entries);
+}
+
+/**
+ * Refuses what would make two callers one: a name given twice, a key given twice, a reserved name.
+ * Files, batches, usage and limits belong to a name, so two keys of one name would share them, and
+ * a key named `local` or `anonymous` would be taken for the Unix socket's caller or a keyless one.
+ * The messages name names, never keys.
+ */
+export function checkKeyEntries(entries: KeyEntry[]): KeyEntry[] {
   const names = new Set<string>();
-  for (const { name } of entries) {
+  const byDigest = new Map<string, string>();
+  for (const { key, name } of entries) {
+    const why = RESERVED_NAMES[name];
+    if (why) throw new KeyFileError(`the name ${name} is reserved (${why}): give the key another`);
     if (names.has(name)) throw new KeyFileError(`the name ${name} is given to two keys`);
+    const twin = byDigest.get(digest(key));
+    if (twin !== undefined) throw new KeyFileError(`the key named ${name} is the same key as ${twin}: give each key once`);
     names.add(name);
+    byDigest.set(digest(key), name);
   }
   return entries;
 }
@@ -73,6 +89,15 @@ export type Keyring = {
 /** The name of a request without a key's identity. */
 export const LOCAL = "local";
 
+/** The name of a keyless request on an open path, where keys are asked. */
+export const ANONYMOUS = "anonymous";
+
+/** Names the keyring gives callers without a key of their own, and whom they stand for. */
+const RESERVED_NAMES: Record<string, string> = {
+  [LOCAL]: "the Unix socket's caller, and everyone's where no keys are asked",
+  [ANONYMOUS]: "a keyless request on an open path",
+};
+
 /** Where no keys are asked: every request is `local`, unlimited, and may see all. */
 export const LOCAL_CALLER: Caller = { name: LOCAL, admin: true, limits: { inFlight: 0, requestsPerMinute: 0, tokensPerMinute: 0 } };
 
@@ -84,7 +109,7 @@ export const LOCAL_CALLER: Caller = { name: LOCAL, admin: true, limits: { inFlig
 export function createKeyring(entries: KeyEntry[], defaults: KeyLimits, trusted: (request: Request) => boolean): Keyring {
   const byDigest = new Map(entries.map((e) => [digest(e.key), { name: e.name, admin: e.admin, limits: { ...defaults, ...e.limits } }]));
   const local: Caller = { name: LOCAL, admin: true, limits: defaults };
-  const anonymous: Caller = { name: "anonymous", admin: false, limits: defaults };
+  const anonymous: Caller = { name: ANONYMOUS, admin: false, limits: defaults };
   return {
     identify(request) {
       if (byDigest.size === 0) return local;

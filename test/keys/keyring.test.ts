@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { createKeyring, KeyFileError, parseKeyFile, parseKeyLine, unnamed } from "../../src/keys/keyring.ts";
+import { checkKeyEntries, createKeyring, KeyFileError, parseKeyFile, parseKeyLine, unnamed, type KeyEntry } from "../../src/keys/keyring.ts";
 import { loadConfig, ConfigError } from "../../src/config.ts";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
+import { commandLine, projectRoot, runtimeBinary } from "../support/server-process.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -30,6 +32,28 @@ describe("key file lines", () => {
   it("a name given to two keys is refused; comments and blank lines are skipped", () => {
     expect(parseKeyFile("# team\n\nk1 name=a\nk2\n").map((e) => e.name)).toEqual(["a", unnamed("k2")]);
     expect(() => parseKeyFile("k1 name=a\nk2 name=a")).toThrow(/the name a is given to two keys/);
+  });
+
+  const entry = (key: string, name: string): KeyEntry => ({ key, name, admin: false, limits: {} });
+  it.each([
+    ["local: the Unix socket's caller", [entry("sk-x1", "local")], /the name local is reserved \(the Unix socket's caller/],
+    ["anonymous: a keyless request's", [entry("sk-x1", "anonymous")], /the name anonymous is reserved \(a keyless request/],
+    ["a name twice", [entry("sk-x1", "team"), entry("sk-x2", "team")], /the name team is given to two keys/],
+    ["a key twice, under two names", [entry("sk-x1", "ops"), entry("sk-x1", "ci")], /the key named ci is the same key as ops/],
+    ["an explicit name that is another key's digest name", [entry("sk-x1", unnamed("sk-x2")), entry("sk-x2", unnamed("sk-x2"))], /is given to two keys/],
+  ])("refuses %s, naming the name and never the key", (_name, entries, message) => {
+    expect(() => checkKeyEntries(entries)).toThrow(KeyFileError);
+    expect(() => checkKeyEntries(entries)).toThrow(message);
+    try {
+      checkKeyEntries(entries);
+    } catch (error) {
+      expect((error as Error).message).not.toMatch(/sk-x/);
+    }
+  });
+
+  it("names that only look like the reserved ones are fine", () => {
+    const entries = [entry("k1", "Local"), entry("k2", "local-ci"), entry("k3", "anonymous2")];
+    expect(checkKeyEntries(entries)).toEqual(entries);
   });
 
   it("an unnamed key's name is a digest, not the key", () => {
@@ -70,8 +94,33 @@ describe("configuration", () => {
     expect(() => loadConfig({ API_KEYS_FILE: join(dir, "bad") }, [])).toThrow(/key team: "rpm=lots"/);
   });
 
+  it("a key in API_KEYS and again in API_KEYS_FILE, or a reserved name there, stops the start", () => {
+    writeFileSync(join(dir, "again"), "k-env name=named-twice\n");
+    expect(() => loadConfig({ API_KEYS: "k-env", API_KEYS_FILE: join(dir, "again") }, [])).toThrow(/API_KEYS and API_KEYS_FILE: the key named named-twice is the same key as key-/);
+    writeFileSync(join(dir, "reserved"), "k-file name=local admin\n");
+    expect(() => loadConfig({ API_KEYS_FILE: join(dir, "reserved") }, [])).toThrow(/the name local is reserved/);
+  });
+
   it("usage is kept beside the settings unless USAGE_PATH says where", () => {
     expect(loadConfig({ INFERENCE_SETTINGS_PATH: "/data/settings.json" }, []).inference.usagePath).toBe("/data/usage.json");
     expect(loadConfig({ USAGE_PATH: "/elsewhere/u.json" }, []).inference.usagePath).toBe("/elsewhere/u.json");
   });
+});
+
+describe("a real start", () => {
+  it("with a key named local in API_KEYS_FILE exits at once, the name on stderr and the key nowhere", () => {
+    const dir = mkdtempSync(join(tmpdir(), "llamadock-keys-start-"));
+    writeFileSync(join(dir, "keys"), "sk-real-start-5b1e name=alice\nsk-real-start-9d0c name=local admin\n");
+    const run = spawnSync(runtimeBinary("node"), commandLine({ runtime: "node" }), {
+      cwd: projectRoot,
+      env: { ...process.env, SERVICES: "runner", RUNNER_PORT: "0", RUNNER_SOCKET: "none", MODELS_PATH: join(dir, "models"), API_KEYS_FILE: join(dir, "keys") },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    expect(run.status, run.stderr).not.toBe(0);
+    expect(run.signal).toBeNull();
+    expect(run.stderr).toContain(`API_KEYS_FILE ${join(dir, "keys")}: the name local is reserved`);
+    expect(run.stdout + run.stderr).not.toContain("sk-real-start");
+    expect(run.stdout).not.toContain("listening");
+  }, 70_000);
 });
