@@ -104,12 +104,13 @@ describe("usage per key and model, in every dialect", () => {
     expect(delta.prompt_tokens).toBeGreaterThan(2);
   });
 
-  it("errors are counted for the model named, ours and refusals alike", async () => {
-    const before = await totalOf("alice", "ai/missing");
+  it("a model not found: its errors counted under (unknown), never under the name sent", async () => {
+    const before = await totalOf("alice", "(unknown)");
     expect((await ask(tcp, "POST", "/v1/chat/completions", { ...chat, model: "ai/missing" }, as(KEYS.alice))).status).toBe(404);
     expect((await ask(tcp, "POST", "/v1/messages", { ...chat, model: "ai/missing" }, as(KEYS.alice))).status).toBe(404);
-    const after = await totalOf("alice", "ai/missing");
+    const after = await totalOf("alice", "(unknown)");
     expect([after.requests - before.requests, after.errors - before.errors]).toEqual([2, 2]);
+    expect((await usageOf(KEYS.alice, "?model=ai/missing")).data).toEqual([]);
   });
 
   it("a key without a name is known by a digest of it, never by the key", async () => {
@@ -193,8 +194,15 @@ describe("limits per key", () => {
     expect(second.status).toBe(429);
     expect(second.json().error.message).toContain("tokens per min");
     expect(second.headers["x-ratelimit-remaining-tokens"]).toBe("0");
-    expect(Number(second.headers["retry-after"])).toBeGreaterThan(1);
-  });
+    const retryAfter = Number(second.headers["retry-after"]);
+    expect(retryAfter).toBeGreaterThan(1);
+    // Refused again before then; admitted once Retry-After has passed (the first answer's tokens aged out).
+    expect((await post("/v1/chat/completions", chat, KEYS.carol)()).status).toBe(429);
+    await new Promise((resolve) => setTimeout(resolve, retryAfter * 1000));
+    const later = await post("/v1/chat/completions", chat, KEYS.carol)();
+    expect(later.status, later.body).toBe(200);
+    expect(later.headers["x-ratelimit-remaining-tokens"]).toBe("10");
+  }, 120_000);
 
   it("requests in flight: a second while one streams is refused, and admitted once it ended", async () => {
     const long = call(tcp, "POST", "/v1/chat/completions", { ...chat, max_tokens: 200, stream: true }, as(KEYS.dave));
