@@ -156,6 +156,9 @@ const Settings = z.object({
   INFERENCE_SLOT_CACHE_PATH: z.string().min(1).optional(),
   INFERENCE_SLOT_CACHE_BUDGET: z.string().regex(BYTES_PATTERN, "a size like 4GiB or 0 (off)").default("4GiB").transform(parseBytes),
   INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(5_000),
+  // Where keys share a runner, a cache one key made is reused for another's prompt with the same
+  // start, which shows in timings: true keeps reuse to a runner only one key has used (per-key.ts).
+  INFERENCE_PROMPT_CACHE_PER_KEY: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
 });
 
 export type Config = ReturnType<typeof toConfig>;
@@ -226,7 +229,8 @@ function toConfig(s: z.infer<typeof Settings>) {
       usageBounds: { maxRows: s.USAGE_MAX_ROWS, keepDays: s.USAGE_KEEP_DAYS },
       batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
-      slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },
+      slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS, perKey: s.INFERENCE_PROMPT_CACHE_PER_KEY },
+      promptsPerKey: s.INFERENCE_PROMPT_CACHE_PER_KEY,
     },
   };
 }

@@ -5,6 +5,7 @@ import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { RequestTimer } from "./latency.ts";
 import { requestTimedOut, type Bounds } from "./bounds.ts";
+import { KEY_HEADER } from "../slot-cache/per-key.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -42,6 +43,8 @@ export type Forwarded = {
   timer?: RequestTimer;
   /** The request's time limit and how long its client may leave a stream unread. */
   bounds?: Pick<Bounds, "timeoutMs" | "clientStallMs">;
+  /** The key's name, told to a runner that keeps prompt caches per key (src/slot-cache/per-key.ts). */
+  key?: string | undefined;
 };
 
 /**
@@ -178,6 +181,7 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   const { lease, path, body, request, stream } = forwarded;
   const headers: Record<string, string> = { "content-type": "application/json", accept: request.headers.get("accept") ?? "*/*" };
   if (stream) headers.connection = "close";
+  if (forwarded.key !== undefined) headers[KEY_HEADER] = forwarded.key;
   const call = () => lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
   const failed = async (error: unknown): Promise<never> => {
     throw await failure(forwarded, error, signal);

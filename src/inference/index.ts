@@ -24,6 +24,7 @@ import { usageRoutes } from "./usage/routes.ts";
 import { createLimiter } from "../keys/limits.ts";
 import { LOCAL_CALLER } from "../keys/keyring.ts";
 import { createSlotCache, type SlotCache } from "../slot-cache/index.ts";
+import { withPromptsPerKey } from "../slot-cache/per-key.ts";
 import { createLoads, LOAD_HISTOGRAM, LOAD_HISTOGRAM_HELP, type Loads } from "./loads.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
@@ -50,8 +51,9 @@ export function createInference(
   const settings = createSettingsStore(config.settingsPath);
   const slotCache = createSlotCache(config.slotCache);
   const serving = servingFiles(store, launcher.start);
+  const perKey = (start: StartRunner) => (config.promptsPerKey ? withPromptsPerKey(start) : start);
   const scheduler = createScheduler({
-    start: loads.track(slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version, loads) : serving),
+    start: loads.track(perKey(slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version, loads) : serving)),
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -81,6 +83,7 @@ export function createInference(
     ...(admits ? { admits } : {}),
     ...(identify ? { identify } : {}),
     meter: createMeter(ledger, limiter),
+    promptsPerKey: config.promptsPerKey,
   };
   const routes = [
     ...inferenceRoutes(deps),

@@ -39,6 +39,8 @@ export type InferenceDeps = {
   identify?: (request: Request) => Caller;
   /** Counts each request for its key and model, and holds it to the key's limits. */
   meter?: Meter;
+  /** Each request's key is named to its runner, which reuses caches per key (src/slot-cache/per-key.ts). */
+  promptsPerKey?: boolean;
 };
 
 export const ENGINE = "llama.cpp";
@@ -167,7 +169,8 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const timed = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
   const timer = account.ticket ? bothTimers(timed, account.ticket.timer) : timed;
   const clock = { startedAt, waitedMs };
-  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer });
+  const key = deps.promptsPerKey ? caller.name : undefined;
+  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key });
 }
 
 /** Room for the token limit the bound adds to a body that was at the size limit. */

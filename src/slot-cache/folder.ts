@@ -13,7 +13,8 @@ import { join } from "node:path";
 /** Everything that changes what a slot's cache means: the model's bytes, the engine, the settings. */
 export type CacheKey = Record<string, unknown>;
 
-type Meta = { key: CacheKey; bytes: number; sha256: string; tokens: number };
+/** `holders`: whose prompts the slot held, by key name, when prompts are kept per key (see per-key.ts). */
+type Meta = { key: CacheKey; bytes: number; sha256: string; tokens: number; holders?: string[] };
 
 export type SlotFolder = {
   /** The folder llama-server is given; its names are ours (see `saving`). */
@@ -21,7 +22,9 @@ export type SlotFolder = {
   /** A fresh file name for llama-server to save one slot into. */
   saving(key: CacheKey, slot: number): string;
   /** Takes a file llama-server saved as an entry, then keeps the folder within its budget. */
-  commit(file: string, key: CacheKey, slot: number, tokens: number): Promise<void>;
+  commit(file: string, key: CacheKey, slot: number, tokens: number, holders?: string[]): Promise<void>;
+  /** The key names an entry was saved with (undefined: none were kept). */
+  holders(key: CacheKey, slot: number): Promise<string[] | undefined>;
   /** The file name of a sound entry for this key and slot (marked used), or undefined; an unsound one is removed. */
   checkout(key: CacheKey, slot: number): Promise<string | undefined>;
   /** A save that did not end in time: its file is left to the next prune. */
@@ -110,7 +113,7 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
       writing.add(name);
       return name;
     },
-    async commit(file, key, slot, tokens) {
+    async commit(file, key, slot, tokens, holders) {
       try {
         await made();
         const path = join(dir, file);
@@ -119,7 +122,7 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
         // The metadata goes last: an entry without it is never handed back.
         await rm(join(dir, `${name}.json`), { force: true });
         await rename(path, join(dir, `${name}.bin`));
-        const meta: Meta = { key, bytes: size, sha256, tokens };
+        const meta: Meta = { key, bytes: size, sha256, tokens, ...(holders ? { holders } : {}) };
         await writeFile(join(dir, `${name}.json.tmp`), JSON.stringify(meta));
         await rename(join(dir, `${name}.json.tmp`), join(dir, `${name}.json`));
       } finally {
@@ -140,6 +143,10 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
       const now = new Date();
       await utimes(join(dir, `${name}.json`), now, now).catch(() => {});
       return `${name}.bin`;
+    },
+    async holders(key, slot) {
+      const meta = await readFile(join(dir, `${base(key, slot)}.json`), "utf8").then((text) => JSON.parse(text) as Meta, () => undefined);
+      return meta?.holders;
     },
     abandon: (file) => void writing.delete(file),
     discard: async (key, slot) => remove(base(key, slot)),

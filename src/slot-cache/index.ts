@@ -12,6 +12,8 @@ export type SlotCacheSettings = {
   budgetBytes: number;
   /** How long the saves of one stopping runner may take. */
   saveTimeoutMs: number;
+  /** Prompts kept per key (per-key.ts): entries keep whose prompts they hold. */
+  perKey?: boolean;
 };
 
 export type SlotCache = {
@@ -29,7 +31,7 @@ export function createSlotCache(settings: SlotCacheSettings): SlotCache | undefi
   let deadline = Infinity;
   return {
     wrap: (start, engine, observe = {}) =>
-      withSlotCache(start, { folder, engine, saveWithinMs: () => Math.min(settings.saveTimeoutMs, deadline - Date.now()), ...observe }),
+      withSlotCache(start, { folder, engine, saveWithinMs: () => Math.min(settings.saveTimeoutMs, deadline - Date.now()), perKey: settings.perKey ?? false, ...observe }),
     shutdownBy(at) {
       deadline = Math.min(deadline, at);
     },

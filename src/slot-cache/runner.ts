@@ -1,6 +1,7 @@
 import { basename } from "node:path";
 import type { RunnerProcess, RunnerSpec, StartRunner } from "../scheduler/types.ts";
 import type { CacheKey, SlotFolder } from "./folder.ts";
+import { promptHolders, SOMEONE } from "./per-key.ts";
 
 // A completion runner's prompt caches outlive it: when it is stopped (evicted, expired, unloaded,
 // reloaded, SIGTERM; not when it crashed or was killed for hanging), each slot holding a prompt
@@ -21,6 +22,11 @@ export type SlotCacheHooks = {
   restoring?: (spec: RunnerSpec) => void;
   /** Told how many slots a runner restored (0 when none). */
   restored?: (spec: RunnerSpec, slots: number) => void;
+  /**
+   * Prompts are kept per key (per-key.ts): an entry keeps the names of the keys whose prompts its
+   * runner held, and a runner that restores it holds them (an entry saved without names: someone's).
+   */
+  perKey?: boolean;
   log?: (line: string) => void;
 };
 
@@ -63,33 +69,37 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
     );
     if (!usable) return start(spec, signal);
     const runner = await start({ ...spec, extraArgs: [...(spec.extraArgs ?? []), "--slot-save-path", hooks.folder.dir] }, signal);
-    try {
-      hooks.restoring?.(spec);
-      const restored = await restore(runner, key, spec, hooks, log, signal);
-      hooks.restored?.(spec, restored);
-    } catch (error) {
-      await runner.stop().catch(() => {});
-      throw error;
-    }
-    return {
+    const cached: RunnerProcess = {
       fetch: runner.fetch,
       exited: runner.exited,
       running: () => runner.running(),
       kill: () => runner.kill(),
       stop: async () => {
         // A runner unloaded while it loaded has nothing new to keep.
-        if (!signal?.aborted) await save(runner, key, spec, hooks, log).catch((error: Error) => log(`slot cache: ${spec.name}: not saved: ${error.message}`));
+        const holders = hooks.perKey ? [...promptHolders(cached)] : undefined;
+        if (!signal?.aborted) await save(runner, key, spec, hooks, log, holders).catch((error: Error) => log(`slot cache: ${spec.name}: not saved: ${error.message}`));
         await runner.stop();
       },
     };
+    try {
+      hooks.restoring?.(spec);
+      const restored = await restore(runner, key, spec, hooks, log, signal);
+      if (hooks.perKey) for (const names of restored.holders) for (const name of names ?? [SOMEONE]) promptHolders(cached).add(name);
+      hooks.restored?.(spec, restored.slots);
+    } catch (error) {
+      await runner.stop().catch(() => {});
+      throw error;
+    }
+    return cached;
   };
 }
 
-/** Restores each slot that has a sound entry; one that llama-server refuses is removed. */
-async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, signal?: AbortSignal): Promise<number> {
+/** Restores each slot that has a sound entry (one that llama-server refuses is removed): how many, and the key names each was saved with. */
+async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, signal?: AbortSignal) {
   const { folder } = hooks;
   const within = hooks.restoreWithinMs ?? RESTORE_TIMEOUT_MS;
   let restored = 0;
+  const holders: (string[] | undefined)[] = [];
   // A runner that does not answer its restores in time is left to serve without them (its
   // entries stay: the file was sound): the load is never held up past this.
   const late = AbortSignal.timeout(within);
@@ -106,17 +116,19 @@ async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, h
       log(`slot cache: ${spec.name}: restores not done within ${within} ms: it serves without them`);
       break;
     }
-    if (answer.ok) restored++;
-    else {
+    if (answer.ok) {
+      restored++;
+      if (hooks.perKey) holders.push(await folder.holders(key, slot));
+    } else {
       log(`slot cache: ${spec.name}: slot ${slot} not restored (${answer.text}): removed`);
       await folder.discard(key, slot);
     }
   }
-  return restored;
+  return { slots: restored, holders };
 }
 
 /** Saves every slot that holds a prompt, within the time the hooks give; a save not done by then is dropped. */
-async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void): Promise<void> {
+async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, holders?: string[]): Promise<void> {
   const ms = hooks.saveWithinMs();
   if (ms <= 0 || !runner.running()) return;
   const deadline = AbortSignal.timeout(ms);
@@ -127,7 +139,7 @@ async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hook
     slots.map(async ({ id }) => {
       const file = hooks.folder.saving(key, id);
       const answer = await slotAction(runner, id, "save", file, deadline).catch((error: Error) => ({ ok: false, text: error.message, saved: 0 }));
-      if (answer.ok) return hooks.folder.commit(file, key, id, answer.saved);
+      if (answer.ok) return hooks.folder.commit(file, key, id, answer.saved, holders);
       hooks.folder.abandon(file);
       log(`slot cache: ${spec.name}: slot ${id} not saved (${answer.text})`);
     }),
