@@ -97,3 +97,51 @@ describe("a prompt that starts as another key's", () => {
     expect([guess.cache_n, guess.prompt_n > LONG]).toEqual([0, true]);
   }, 120_000);
 });
+
+describe("per key, in the other dialects", () => {
+  /** What each dialect says it took from the cache, read from its own answer. */
+  const DIALECTS = {
+    responses: {
+      path: "/v1/responses",
+      body: (content: string) => ({ model: "ai/talk", max_output_tokens: 2, input: [{ role: "user", content }] }),
+      cached: (json: any) => (json.usage.input_tokens_details?.cached_tokens ?? 0) as number,
+    },
+  };
+
+  it.each(Object.keys(DIALECTS) as (keyof typeof DIALECTS)[])("%s: the key's own prompt reuses its cache, another key's reuses nothing", async (dialect) => {
+    const { path, body, cached } = DIALECTS[dialect];
+    await unload();
+    await forgetSaved();
+    const send = async (key: keyof typeof KEYS, content: string) => {
+      const answer = await ask({ url: stack.url }, "POST", path, body(content), { authorization: `Bearer ${KEYS[key]}` });
+      expect(answer.status, answer.body).toBe(200);
+      return cached(answer.json());
+    };
+    expect(await send("alice", START)).toBe(0);
+    // The same start through this dialect is reused for its key: the guess below could be too.
+    expect(await send("alice", `${START}\nline 40: alice goes on`)).toBeGreaterThan(LONG);
+    expect(await send("bob", `${START}\nline 40: bob guesses`)).toBe(0);
+  }, 120_000);
+
+  // llama-server (v0.5.0) drops cache_prompt from an Anthropic body: the cache is reused all the same,
+  // and what the answer says of it is folded into input_tokens (the total stays llama-server's).
+  it("anthropic: another key's count of cached tokens is folded into its input tokens, whole or streamed", async () => {
+    const body = (content: string, stream: boolean) => ({ model: "ai/talk", max_tokens: 2, stream, messages: [{ role: "user", content }] });
+    await unload();
+    await forgetSaved();
+    expect((await ask({ url: stack.url }, "POST", "/v1/messages", body(START, false), { authorization: `Bearer ${KEYS.alice}` })).status).toBe(200);
+    const whole = await ask({ url: stack.url }, "POST", "/v1/messages", body(`${START}\nline 40: bob guesses`, false), { authorization: `Bearer ${KEYS.bob}` });
+    expect(whole.status, whole.body).toBe(200);
+    expect(whole.json().usage.cache_read_input_tokens).toBe(0);
+    expect(whole.json().usage.input_tokens).toBeGreaterThan(LONG);
+    const streamed = await ask({ url: stack.url }, "POST", "/v1/messages", body(`${START}\nline 40: bob guesses again`, true), { authorization: `Bearer ${KEYS.bob}` });
+    expect(streamed.status, streamed.body).toBe(200);
+    const start = JSON.parse(/event: message_start\ndata: (.+)/.exec(streamed.body)![1]!) as { message: { usage: { cache_read_input_tokens: number; input_tokens: number } } };
+    expect(start.message.usage.cache_read_input_tokens).toBe(0);
+    expect(start.message.usage.input_tokens).toBeGreaterThan(LONG);
+    expect(streamed.body).toContain("message_stop");
+    // Its usage counts the same prompt tokens as before the fold.
+    const usage = await ask({ url: stack.url }, "GET", "/engines/usage?key=bob&by=key", undefined, { authorization: `Bearer ${KEYS.alice}` });
+    expect(usage.json().total.prompt_tokens).toBeGreaterThan(LONG);
+  }, 120_000);
+});
