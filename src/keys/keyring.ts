@@ -65,7 +65,7 @@ export function checkKeyEntries(entries: KeyEntry[]): KeyEntry[] {
   const names = new Set<string>();
   const byDigest = new Map<string, string>();
   for (const { key, name } of entries) {
-    const why = RESERVED_NAMES[name];
+    const why = RESERVED_NAMES.get(name);
     if (why) throw new KeyFileError(`the name ${name} is reserved (${why}): give the key another`);
     if (names.has(name)) throw new KeyFileError(`the name ${name} is given to two keys`);
     const twin = byDigest.get(digest(key));
@@ -93,10 +93,10 @@ export const LOCAL = "local";
 export const ANONYMOUS = "anonymous";
 
 /** Names the keyring gives callers without a key of their own, and whom they stand for. */
-const RESERVED_NAMES: Record<string, string> = {
-  [LOCAL]: "the Unix socket's caller, and everyone's where no keys are asked",
-  [ANONYMOUS]: "a keyless request on an open path",
-};
+const RESERVED_NAMES = new Map([
+  [LOCAL, "the Unix socket's caller, and everyone's where no keys are asked"],
+  [ANONYMOUS, "a keyless request on an open path"],
+]);
 
 /** Where no keys are asked: every request is `local`, unlimited, and may see all. */
 export const LOCAL_CALLER: Caller = { name: LOCAL, admin: true, limits: { inFlight: 0, requestsPerMinute: 0, tokensPerMinute: 0 } };

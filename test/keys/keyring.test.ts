@@ -52,7 +52,7 @@ describe("key file lines", () => {
   });
 
   it("names that only look like the reserved ones are fine", () => {
-    const entries = [entry("k1", "Local"), entry("k2", "local-ci"), entry("k3", "anonymous2")];
+    const entries = [entry("k1", "Local"), entry("k2", "local-ci"), entry("k3", "anonymous2"), entry("k4", "constructor"), entry("k5", "__proto__")];
     expect(checkKeyEntries(entries)).toEqual(entries);
   });
 
