@@ -72,7 +72,8 @@ export class Runner {
   #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
-  private readonly waiters = new FairQueue<Waiter>();
+  // Granted again when the runner stops being shared: see fair-queue.ts.
+  private readonly waiters = new FairQueue<Waiter>({ regrant: () => this.grantWaiters() });
   private readonly loadAbort = new AbortController();
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();

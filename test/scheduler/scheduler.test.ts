@@ -3,6 +3,7 @@ import { HttpError } from "../../src/http/errors.ts";
 import { createScheduler, type SchedulerLimits } from "../../src/scheduler/scheduler.ts";
 import type { ModelSettings, SettingsStore } from "../../src/scheduler/settings.ts";
 import { modelName, type ModelRef, type RunnerSpec } from "../../src/scheduler/types.ts";
+import { SHARED_WINDOW_MS } from "../../src/scheduler/fair-queue.ts";
 import { fakeStarter, tick } from "./fake-runner.ts";
 
 const model = (name: string): ModelRef => ({ id: `sha256:${name}`, tags: [`ai/${name}:latest`], ggufPath: `${name}.gguf` });
@@ -142,6 +143,30 @@ describe("scheduler", () => {
     await expect(scheduler.acquire(A, "completion")).rejects.toMatchObject({ code: "queue_full" });
     for (const lease of [first, second, third]) lease.release();
     expect(started[0]!.spec.extraArgs).toContain(String(2 + 1 + 8));
+  });
+
+  it("regression: a request held back for another key waited, a slot free, until its key's running request ended; it starts once the other key has been quiet for the window", async () => {
+    const { scheduler, finishLoads } = setup({ slots: 2, runnerQueue: 0 });
+    const as = (caller: string) => scheduler.acquire(A, "completion", undefined, { caller });
+    // Key a holds a slot for a long generation; key b's request comes and ends.
+    const first = as("a");
+    await flush();
+    await finishLoads();
+    const long = await first;
+    (await as("b")).release();
+    vi.advanceTimersByTime(1_000);
+    // a's next request is held back: the last free slot is kept for b while the runner is shared.
+    let started = false;
+    const next = as("a").then((lease) => ((started = true), lease));
+    await flush();
+    expect(started).toBe(false);
+    // Once b has been quiet for the window, nothing comes to grant it but the window's end.
+    await vi.advanceTimersByTimeAsync(SHARED_WINDOW_MS);
+    await flush();
+    expect(started).toBe(true);
+    expect(scheduler.runners()[0]).toMatchObject({ inUse: 2, waiting: 0 });
+    (await next).release();
+    long.release();
   });
 
   it("drops a queued request whose client went away", async () => {
