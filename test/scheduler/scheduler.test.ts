@@ -371,6 +371,59 @@ describe("scheduler", () => {
     (await b).release();
   });
 
+  it("batch work never evicts a runner an interactive user used within batchEvictAfterMs: it waits, then loads once the runner was left alone that long", async () => {
+    const { scheduler, started, pending, finishLoads } = setup({ maxRunners: 1, batchEvictAfterMs: 60_000 });
+    const user = () => scheduler.acquire(A, "completion", undefined, { caller: "user" });
+    const first = user();
+    await flush();
+    await finishLoads();
+    (await first).release();
+    vi.advanceTimersByTime(1_000);
+    // A batch line for another model: A is idle between two turns of its user, and stays.
+    let served = false;
+    const line = scheduler.acquire(B, "completion", undefined, { caller: "batcher", lane: "batch" }).then((l) => ((served = true), l));
+    await flush();
+    expect([pending.length, started[0]!.stopped]).toEqual([0, false]);
+    // The user's next turn finds its runner loaded: no wait, no reload; it is kept from its end on.
+    vi.advanceTimersByTime(30_000);
+    (await user()).release();
+    await vi.advanceTimersByTimeAsync(60_000 - 1);
+    await flush();
+    expect([served, pending.length, started[0]!.stopped]).toEqual([false, 0, false]);
+    // Left alone for the whole time: the batch line evicts it and loads its model.
+    await vi.advanceTimersByTimeAsync(1);
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["b.gguf"]);
+    await finishLoads();
+    (await line).release();
+    expect(started).toHaveLength(2);
+  });
+
+  it("a batch request waiting for room goes after an interactive one that came later", async () => {
+    const { scheduler, pending, finishLoads } = setup({ maxRunners: 1 });
+    const batch = (model: ModelRef) => scheduler.acquire(model, "completion", undefined, { caller: "batcher", lane: "batch" });
+    const busy = batch(A);
+    await flush();
+    await finishLoads();
+    const lineA = await busy;
+    const lineB = batch(B);
+    await flush();
+    const interactive = scheduler.acquire(C, "completion", undefined, { caller: "user" });
+    await flush();
+    // A frees: the interactive request's model loads, though the batch line waited first.
+    lineA.release();
+    await flush();
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["c.gguf"]);
+    await finishLoads();
+    (await interactive).release();
+    await flush();
+    // Then the batch line's (the setting is 0 here: C is not kept for its user).
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["b.gguf"]);
+    await finishLoads();
+    (await lineB).release();
+  });
+
   it("B2: a request whose loading runner is reloaded away twice gets a 503, not a 500", async () => {
     const { scheduler, pending } = setup();
     const request = scheduler.acquire(A, "completion");
