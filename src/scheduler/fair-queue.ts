@@ -185,9 +185,10 @@ export class FairQueue<T> {
    */
   private watchSharing(): void {
     const until = this.nextLane() === "interactive" ? this.sharedUntil() : undefined;
-    if (until === this.watched?.until) return;
-    this.unwatch();
-    if (until === undefined) return;
+    if (until === undefined) return this.unwatch();
+    // The end only moves later as keys ask: a timer due sooner stays (one a window, not one a
+    // request), and when it fires the grant finds the runner still shared and arms for the new end.
+    if (this.watched && this.watched.until <= until) return;
     const cancel = this.clock.after(until - this.now(), () => {
       this.watched = undefined;
       this.regrant();

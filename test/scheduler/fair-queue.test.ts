@@ -209,15 +209,17 @@ describe("the fair queue when sharing ends", () => {
     expect(run.armed).toEqual([]);
   });
 
-  it.each<[string, [number, string][], number[]]>([
-    ["armed for the moment sharing ends", heldBack, [W + 1]],
-    ["two keys asking again: armed for the second most recent's window", [...heldBack, [5_000, "+b:2"], [5_100, "-b:2"], [6_000, "+a:3"]], [5_000 + W + 1]],
-    ["cleared once the request is granted otherwise", [...heldBack, [3_000, "-a:1"]], []],
-    ["cleared once it leaves", [...heldBack, [3_000, "xa:2"]], []],
-    ["none for batch work", [[0, "+a:1"], [0, "+b:1"], [1_000, "-b:1"], [2_000, "+a:2!"]], []],
-    ["none when the runner is not shared", [[0, "+a:1"], [0, "+a:2"], [0, "+a:3"]], []],
-  ])("the timer: %s", (_story, steps, armed) => {
-    expect(timeline(steps, 2, steps.at(-1)![0]).armed).toEqual(armed);
+  const askAgain: [number, string][] = [...heldBack, [5_000, "+b:2"], [5_100, "-b:2"], [6_000, "+a:3"]];
+  it.each<[string, [number, string][], number, number[]]>([
+    ["armed for the moment sharing ends", heldBack, 2_000, [W + 1]],
+    ["both keys ask again: the timer due sooner stays", askAgain, 6_000, [W + 1]],
+    ["...and when it fires, the runner still shared, it is armed for the new end", askAgain, W + 1, [5_000 + W + 1]],
+    ["cleared once the request is granted otherwise", [...heldBack, [3_000, "-a:1"]], 3_000, []],
+    ["cleared once it leaves", [...heldBack, [3_000, "xa:2"]], 3_000, []],
+    ["none for batch work", [[0, "+a:1"], [0, "+b:1"], [1_000, "-b:1"], [2_000, "+a:2!"]], 2_000, []],
+    ["none when the runner is not shared", [[0, "+a:1"], [0, "+a:2"], [0, "+a:3"]], 0, []],
+  ])("the timer: %s", (_story, steps, at, armed) => {
+    expect(timeline(steps, 2, at).armed).toEqual(armed);
   });
 
   it("the timer is armed for the moment sharing ends, and once only", () => {
