@@ -189,6 +189,7 @@ export class FairQueue<T> {
     // The end only moves later as keys ask: a timer due sooner stays (one a window, not one a
     // request), and when it fires the grant finds the runner still shared and arms for the new end.
     if (this.watched && this.watched.until <= until) return;
+    this.unwatch();
     const cancel = this.clock.after(until - this.now(), () => {
       this.watched = undefined;
       this.regrant();
