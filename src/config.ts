@@ -4,7 +4,7 @@ import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { checkKeyEntries, KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
-import { KEEP_ALIVE_PATTERN } from "./scheduler/policy.ts";
+import { KEEP_ALIVE_PATTERN, keepAliveMs } from "./scheduler/policy.ts";
 import { LEDGER_BOUNDS } from "./inference/usage/ledger.ts";
 import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
 
@@ -112,6 +112,9 @@ const Settings = z.object({
   // Compute threads per runner; unset: the CPU cores shared among the runners loaded.
   INFERENCE_THREADS: z.coerce.number().int().min(1).max(1024).optional(),
   INFERENCE_KEEP_ALIVE: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"').default("5m"),
+  // Batch work never evicts a runner that interactive requests used within this (it waits instead):
+  // a user between two turns keeps their model loaded. "0": batch work evicts as any request does.
+  INFERENCE_BATCH_EVICT_AFTER: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m" or "0"').refine((v) => !v.startsWith("-"), 'a duration like "5m" or "0", never -1: batch work would wait for good').default("5m").transform(keepAliveMs),
   INFERENCE_BODY_LIMIT: z.coerce.number().int().positive().default(10 * 1024 * 1024),
   // OpenAI Responses kept in memory for previous_response_id and GET /v1/responses/{id}.
   RESPONSES_STORE_SIZE: z.coerce.number().int().min(0).default(1000),
@@ -215,6 +218,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       runnerQueue: s.INFERENCE_RUNNER_QUEUE,
       threads: s.INFERENCE_THREADS,
       keepAlive: s.INFERENCE_KEEP_ALIVE,
+      batchEvictAfterMs: s.INFERENCE_BATCH_EVICT_AFTER,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
       responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxBytes: s.RESPONSES_STORE_MAX_BYTES, maxAgeMs: s.RESPONSES_STORE_TTL_MS },

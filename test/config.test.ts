@@ -96,3 +96,13 @@ describe("security settings", () => {
   });
 });
 
+
+describe("INFERENCE_BATCH_EVICT_AFTER", () => {
+  it("is 5 minutes unless set, a duration like the keep-alive, and never -1 (batch work would wait for good)", () => {
+    expect(loadConfig({}, []).inference.batchEvictAfterMs).toBe(300_000);
+    expect(loadConfig({ INFERENCE_BATCH_EVICT_AFTER: "90s" }, []).inference.batchEvictAfterMs).toBe(90_000);
+    expect(loadConfig({ INFERENCE_BATCH_EVICT_AFTER: "0" }, []).inference.batchEvictAfterMs).toBe(0);
+    expect(() => loadConfig({ INFERENCE_BATCH_EVICT_AFTER: "-1" }, [])).toThrow(/never -1[\s\S]*INFERENCE_BATCH_EVICT_AFTER/);
+    expect(() => loadConfig({ INFERENCE_BATCH_EVICT_AFTER: "soon" }, [])).toThrow(ConfigError);
+  });
+});

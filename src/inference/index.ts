@@ -61,6 +61,7 @@ export function createInference(
       queueDepth: config.queueDepth,
       runnerQueue: config.runnerQueue,
       keepAlive: config.keepAlive,
+      batchEvictAfterMs: config.batchEvictAfterMs,
       cpuCores: cpuBudget(),
       ...(config.threads ? { threads: config.threads } : {}),
       watch: config.watch,

@@ -17,6 +17,11 @@ export type SchedulerLimits = {
   runnerQueue?: number;
   /** Default keep-alive, e.g. "5m". */
   keepAlive: string;
+  /**
+   * How long after an interactive request's last use a runner is left alone by batch work (not
+   * evicted for a batch launch); default 0: batch work evicts as any request does.
+   */
+  batchEvictAfterMs?: number;
   /** CPU cores the runners share (affinity and cgroup quota). */
   cpuCores: number;
   /** Threads per runner, fixed; default: the cores shared among the runners loaded. */

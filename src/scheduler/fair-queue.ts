@@ -13,8 +13,23 @@ import type { Lane } from "./types.ts";
 //   flood then runs on one slot fewer, until the others have been quiet for SHARED_WINDOW_MS);
 // - nothing is handed to llama-server beyond its slots (the runner's `inFlightCap`): its own queue
 //   (INFERENCE_RUNNER_QUEUE) is first come, first served, and what it holds cannot be reordered.
+// Sharing ends with no request to mark it: while an interactive request waits on a shared runner,
+// a timer is armed for that moment, and the runner grants again then (see `watchSharing`).
 
 export type Turn = { caller: string; lane: Lane };
+
+/** The time, and a timer that `cancel`s; injected so that tests move time themselves. */
+export type Clock = { now(): number; after(ms: number, then: () => void): () => void };
+
+export const systemClock: Clock = {
+  // Looked up at each call: a test's fake Date and timers replace the globals after this is built.
+  now: () => Date.now(),
+  after(ms, then) {
+    const timer = setTimeout(then, ms);
+    (timer as { unref?: () => void }).unref?.(); // the waiting request keeps the process up, not this
+    return () => clearTimeout(timer);
+  },
+};
 
 /** How long a caller counts as a user of the runner after its last request came. */
 export const SHARED_WINDOW_MS = 10_000;
@@ -34,10 +49,19 @@ export class FairQueue<T> {
   private holding = 0;
   #length = 0;
 
-  private readonly now: () => number;
+  private readonly clock: Clock;
+  /** What grants the waiting requests (the runner's), run again when sharing ends. */
+  private readonly regrant: () => void;
+  /** The end of sharing the timer is armed for, and what cancels it; none while nothing is held back. */
+  private watched: { until: number; cancel: () => void } | undefined;
 
-  constructor(now: () => number = Date.now) {
-    this.now = now;
+  constructor({ clock = systemClock, regrant = () => {} }: { clock?: Clock; regrant?: () => void } = {}) {
+    this.clock = clock;
+    this.regrant = regrant;
+  }
+
+  private now(): number {
+    return this.clock.now();
   }
 
   get length(): number {
@@ -58,6 +82,19 @@ export class FairQueue<T> {
     return this.seen.size > 1;
   }
 
+  /** When the runner stops being shared if nobody else asks: the second most recent caller's window ends. */
+  sharedUntil(): number | undefined {
+    if (!this.shared()) return undefined;
+    let latest = -Infinity;
+    let second = -Infinity;
+    for (const at of this.seen.values()) {
+      if (at > latest) [latest, second] = [at, latest];
+      else if (at > second) second = at;
+    }
+    // shared() forgets a caller once the window lies strictly behind it.
+    return second + SHARED_WINDOW_MS + 1;
+  }
+
   /** Puts `item` at the end of its caller's line; the function returned takes it out again (false if it had gone). */
   push(item: T, { caller, lane }: Turn): () => boolean {
     const lines = this.lanes[lane];
@@ -71,6 +108,7 @@ export class FairQueue<T> {
       line.splice(at, 1);
       if (line.length === 0 && lines.get(caller) === line) lines.delete(caller);
       this.#length--;
+      if (this.lanes.interactive.size === 0) this.unwatch();
       return true;
     };
   }
@@ -125,14 +163,43 @@ export class FairQueue<T> {
       if (!this.mayTake(caller, free, lane)) continue;
       if (pick === undefined || (this.served.get(caller) ?? -1) < (this.served.get(pick) ?? -1)) pick = caller;
     }
-    if (pick === undefined) return undefined;
+    if (pick === undefined) {
+      this.watchSharing();
+      return undefined;
+    }
     this.hold(pick);
     const line = lines.get(pick)!;
     const item = line.shift()!;
     if (line.length === 0) lines.delete(pick);
     this.#length--;
     this.served.set(pick, ++this.grants);
+    if (this.lanes.interactive.size === 0) this.unwatch();
     return item;
+  }
+
+  /**
+   * Nothing more may be granted now. An interactive request held back while the runner is shared
+   * (a place kept for others, none handed to llama-server's queue) may take a place once it is not,
+   * and no request, release or load comes to say so: a timer does, for the moment sharing ends.
+   * Without it the request waited, a slot free, until its caller's running request ended.
+   */
+  private watchSharing(): void {
+    const until = this.nextLane() === "interactive" ? this.sharedUntil() : undefined;
+    if (until === undefined) return this.unwatch();
+    // The end only moves later as keys ask: a timer due sooner stays (one a window, not one a
+    // request), and when it fires the grant finds the runner still shared and arms for the new end.
+    if (this.watched && this.watched.until <= until) return;
+    this.unwatch();
+    const cancel = this.clock.after(until - this.now(), () => {
+      this.watched = undefined;
+      this.regrant();
+    });
+    this.watched = { until, cancel };
+  }
+
+  private unwatch(): void {
+    this.watched?.cancel();
+    this.watched = undefined;
   }
 
   /** Takes every item out (the runner failed them all). */
@@ -143,6 +210,7 @@ export class FairQueue<T> {
       this.lanes[lane].clear();
     }
     this.#length = 0;
+    this.unwatch();
     return items;
   }
 }

@@ -6,12 +6,18 @@ import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags,
 import type { RunnerOptions, RunnerState } from "./runner.ts";
 import type { ModelSettings } from "./settings.ts";
 import type { SchedulerLimits } from "./api.ts";
-import { modelName, type Mode, type ModelRef } from "./types.ts";
+import { modelName, type Lane, type Mode, type ModelRef } from "./types.ts";
 
 // The launch decisions, pure: whether a loaded runner serves a request, and, for a runner that is
 // not loaded, what to do: launch it (with this context, these threads, this memory), unload these
 // idle runners first, wait for room, or refuse. The scheduler reads the snapshot and applies the
 // plan in one synchronous step.
+//
+// Batch work takes no room from people: a batch launch never evicts a runner that interactive
+// requests used within `batchEvictAfterMs` (the user between two turns of a conversation would
+// find it gone, and wait for the batch line and then a reload), and takes no room while
+// interactive requests wait for some. It waits instead, until the runner has been left alone long
+// enough (`until`) or room frees.
 
 /** One runner as the plans see it. */
 export type RunnerSnapshot = {
@@ -25,6 +31,8 @@ export type RunnerSnapshot = {
   /** Taken out of service: unloading, or replaced and finishing its requests. */
   leaving: boolean;
   lastUsed: number;
+  /** When an interactive request last came to it or ended on it; never: undefined. */
+  lastInteractive?: number;
   /** Its estimated memory; 0 when none is counted. */
   bytes: number;
   threads: number;
@@ -48,6 +56,11 @@ export type LaunchSnapshot = {
   memory?: { limits: MemoryLimits; weights: number };
   /** Requests already waiting for room to launch this runner. */
   waitingForRoom: number;
+  /** Whose work the launch is for (see the top of this file), and the time it is decided at. */
+  lane: Lane;
+  now: number;
+  /** Interactive requests waiting for room to launch any runner: a batch launch goes after them. */
+  interactiveWaitingForRoom: number;
   /** The serial number the launch takes: it names the runner's socket and log. */
   serial: number;
 };
@@ -57,12 +70,13 @@ export type Keys = { has(key: string): boolean };
 
 /**
  * `runner` in evict and wait: what it would launch once there is room, as decided now (the fit
- * answer reports it; the scheduler plans afresh after the unloads or the wait).
+ * answer reports it; the scheduler plans afresh after the unloads or the wait). `until` in wait:
+ * when a runner kept for interactive users may go to batch work, if no event comes before.
  */
 export type LaunchPlan =
   | { kind: "launch"; runner: RunnerOptions }
   | { kind: "evict"; names: string[]; runner: RunnerOptions }
-  | { kind: "wait"; waitsFor: string[]; runner: RunnerOptions }
+  | { kind: "wait"; waitsFor: string[]; runner: RunnerOptions; until?: number }
   | { kind: "refuse"; error: HttpError };
 
 /**
@@ -88,7 +102,7 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
   const slots = snapshot.settings.slots ?? limits.slots;
   // A wished context replaces the configured one for this runner only, bounded by what can fit.
   const settings = wanted === undefined ? snapshot.settings : { ...snapshot.settings, contextSize: boundContext(model, snapshot.settings, slots, memory?.weights ?? 0, memory?.limits, wanted) };
-  const views = snapshot.runners.map((r) => evictionView(r, snapshot.pinned));
+  const views = snapshot.runners.map((r) => evictionView(r, snapshot.pinned, keptUntil(snapshot, r)));
   // Sized beside the runners that stay (those stopping give their memory back soon); a model that
   // cannot fit even alone is refused here, before anything is unloaded.
   const others = views.reduce((sum, v) => sum + (v.stopping ? 0 : (v.bytes ?? 0)), 0);
@@ -96,16 +110,30 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
   if (sized?.kind === "refuse") return sized;
   const sizing = sized?.sizing;
   const need: MemoryNeed | undefined = sizing && memory && { bytes: sizing.estimate.total, budget: memory.limits.budget.bytes };
-  const eviction = pickEviction(views, limits.maxRunners, need);
+  const afterPeople = snapshot.lane === "batch" && snapshot.interactiveWaitingForRoom > 0;
+  const eviction = afterPeople ? ({ kind: "wait" } as const) : pickEviction(views, limits.maxRunners, need);
   const runner = runnerOptions({ ...snapshot, settings }, model, mode, slots, sizing);
   if (eviction.kind === "evict") return { kind: "evict", names: eviction.keys, runner };
   if (eviction.kind === "wait") {
     // Those waiting for room are bounded by the queue rules, as those waiting at a runner are.
     if (snapshot.waitingForRoom >= slots + limits.queueDepth) return { kind: "refuse", error: queueFull(modelName(model)) };
-    // What holds the room: runners serving, loading, on their way out, or pinned.
-    return { kind: "wait", waitsFor: views.filter((v) => v.busy || v.stopping || v.pinned).map((v) => v.key), runner };
+    // What holds the room: runners serving, loading, on their way out, pinned, or kept for people.
+    const waitsFor = views.filter((v) => v.busy || v.stopping || v.pinned || v.keptUntil !== undefined).map((v) => v.key);
+    // Kept runners free at their time, with no event to say so: the earliest one is woken for.
+    const kept = views.flatMap((v) => (v.keptUntil !== undefined && !v.busy && !v.stopping && !v.pinned ? [v.keptUntil] : []));
+    return { kind: "wait", waitsFor, runner, ...(kept.length > 0 ? { until: Math.min(...kept) } : {}) };
   }
   return { kind: "launch", runner };
+}
+
+/**
+ * Until when batch work leaves `r` alone for the interactive requests that used it: within
+ * `batchEvictAfterMs` of their last; undefined for interactive work, or once that has passed.
+ */
+export function keptUntil({ lane, now, limits }: Pick<LaunchSnapshot, "lane" | "now" | "limits">, r: RunnerSnapshot): number | undefined {
+  if (lane !== "batch" || r.lastInteractive === undefined) return undefined;
+  const until = r.lastInteractive + (limits.batchEvictAfterMs ?? 0);
+  return until > now ? until : undefined;
 }
 
 /**
@@ -113,13 +141,14 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
  * when its requests end, which may be long: it counts as busy, so an idle runner is evicted rather
  * than waited for.
  */
-export const evictionView = (r: RunnerSnapshot, pinned: Keys): RunnerView => ({
+export const evictionView = (r: RunnerSnapshot, pinned: Keys, keptUntil?: number): RunnerView => ({
   key: r.name,
   busy: r.busy,
   stopping: r.leaving && !(r.state === "draining" && r.busy),
   lastUsed: r.lastUsed,
   pinned: pinned.has(r.key),
   bytes: r.bytes,
+  ...(keptUntil !== undefined ? { keptUntil } : {}),
 });
 
 /** What the runner starts with: slots, threads, keep-alive, and the context and memory sized for it. */

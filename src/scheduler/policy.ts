@@ -13,6 +13,8 @@ export type RunnerView = {
   lastUsed: number;
   /** Pinned (PINNED_MODELS): kept loaded for good, never evicted. */
   pinned?: boolean;
+  /** Kept for interactive users until then, out of this (batch) launch's reach: not evicted. */
+  keptUntil?: number;
   /** Its estimated memory; 0 when memory is not counted. */
   bytes?: number;
 };
@@ -34,7 +36,7 @@ export function pickEviction(running: RunnerView[], maxRunners: number, memory?:
     staying.length < maxRunners && (!memory || used(staying) + memory.bytes <= memory.budget);
   if (fits(running)) return { kind: "room" };
   if (running.some((r) => r.stopping)) return { kind: "wait" };
-  const idle = running.filter((r) => !r.busy && !r.pinned).sort((a, b) => a.lastUsed - b.lastUsed);
+  const idle = running.filter((r) => !r.busy && !r.pinned && r.keptUntil === undefined).sort((a, b) => a.lastUsed - b.lastUsed);
   const evicted = new Set<string>();
   for (const runner of idle) {
     evicted.add(runner.key);

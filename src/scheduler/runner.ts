@@ -63,16 +63,18 @@ export type RunnerOptions = {
 /** How long a runner may take to answer a scrape before it is left out. */
 const SCRAPE_TIMEOUT_MS = 5_000;
 
-type Waiter = { caller: string; grant(lease: Lease): void; fail(error: unknown): void };
+type Waiter = { turn: Turn; grant(lease: Lease): void; fail(error: unknown): void };
 
 export class Runner {
   readonly options: RunnerOptions;
   #state: RunnerState = "loading";
   #lastUsed = Date.now();
+  #lastInteractive: number | undefined;
   #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
-  private readonly waiters = new FairQueue<Waiter>();
+  // Granted again when the runner stops being shared: see fair-queue.ts.
+  private readonly waiters = new FairQueue<Waiter>({ regrant: () => this.grantWaiters() });
   private readonly loadAbort = new AbortController();
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
@@ -96,6 +98,11 @@ export class Runner {
   /** When its last request ended (at first, when it was created): the least recent idle runner goes first. */
   get lastUsed(): number {
     return this.#lastUsed;
+  }
+
+  /** When an interactive request last came or ended (batch work leaves the runner to its users a while). */
+  get lastInteractive(): number | undefined {
+    return this.#lastInteractive;
   }
 
   /** Requests holding a slot now. */
@@ -133,7 +140,8 @@ export class Runner {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
     this.waiters.note(turn.caller);
-    if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn.caller));
+    if (turn.lane === "interactive") this.#lastInteractive = Date.now();
+    if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn));
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
     this.cancelKeepAlive();
     return new Promise<Lease>((resolve, reject) => {
@@ -143,7 +151,7 @@ export class Runner {
         this.checkIdle();
       };
       const waiter: Waiter = {
-        caller: turn.caller,
+        turn,
         grant: (lease) => (signal?.removeEventListener("abort", onAbort), resolve(lease)),
         fail: (error) => (signal?.removeEventListener("abort", onAbort), reject(error)),
       };
@@ -254,13 +262,14 @@ export class Runner {
     this.events.gone(this, crashed);
   }
 
-  private lease(caller: string): Lease {
+  private lease({ caller, lane }: Turn): Lease {
     this.#inUse++;
     this.cancelKeepAlive();
     return createLease(this.process!, this.death.signal, this.watchdog, () => {
       this.#inUse--;
       this.waiters.release(caller);
       this.#lastUsed = Date.now();
+      if (lane === "interactive") this.#lastInteractive = this.#lastUsed;
       this.grantWaiters();
       this.checkIdle();
     });
@@ -270,7 +279,7 @@ export class Runner {
     while (this.state === "ready" || this.state === "draining") {
       const waiter = this.waiters.shift(this.inFlightCap(this.waiters.nextLane()) - this.inUse);
       if (!waiter) return;
-      waiter.grant(this.lease(waiter.caller));
+      waiter.grant(this.lease(waiter.turn));
     }
   }
 

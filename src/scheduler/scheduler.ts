@@ -10,7 +10,7 @@ import { modelBytes } from "./memory/detect.ts";
 import type { MemoryLimits } from "./memory/sizing.ts";
 import type { ModelSettings } from "./settings.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
-import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
+import { modelName, type Lane, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
 import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
@@ -30,6 +30,11 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const capacityWaiters = new Set<() => void>();
   /** Runner key -> requests waiting for room to launch it: as many as its slots and queue hold. */
   const waitingForRoom = new Map<string, number>();
+  /**
+   * Interactive requests waiting for room to launch any runner, from their first wait until they
+   * have their runner (or give up): batch launches wait until none does (see launch-plan.ts).
+   */
+  let interactiveWaitingForRoom = 0;
   /** Model id -> deletes in progress: no runner of these launches. */
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
@@ -107,11 +112,15 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     void withRunner(model, mode, undefined, {}, () => {}).catch(() => {});
   }
 
-  function waitForCapacity(signal?: AbortSignal): Promise<void> {
+  /** Until a runner goes idle or away, or (`until`) a runner kept for interactive users is free for batch work. */
+  function waitForCapacity(signal?: AbortSignal, until?: number): Promise<void> {
     let wake!: () => void;
     const woken = new Promise<void>((resolve) => (wake = resolve));
     capacityWaiters.add(wake);
-    return unlessAborted(woken, signal, () => capacityWaiters.delete(wake));
+    // No event marks that time: a timer does. The waiting request keeps the process up, not it.
+    const timer = until === undefined ? undefined : setTimeout(() => (capacityWaiters.delete(wake), wake()), until - Date.now());
+    (timer as { unref?: () => void } | undefined)?.unref?.();
+    return unlessAborted(woken, signal, () => capacityWaiters.delete(wake)).finally(() => clearTimeout(timer));
   }
 
   /**
@@ -121,6 +130,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
    */
   async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, wish: RunnerWish, use: (runner: Runner) => T): Promise<T> {
     const key = runnerKey(model.id, mode);
+    const lane = wish.lane ?? "interactive";
     const wanted = wantedContext(pinned.has(key), wish.contextSize);
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
     let budget: Budget | undefined;
@@ -132,23 +142,35 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (plan === "replace") replace(runner!);
       return plan === "use" ? runner : undefined;
     };
-    for (;;) {
-      // A loaded runner is used at once (most requests): only a launch needs the settings.
-      const existing = loaded();
-      if (existing) return use(existing);
-      // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
-      const settings = await deps.settings.get(model.id);
-      if (loaded()) continue;
-      if (!budget) {
-        budget = await readBudget(model);
-        continue; // what was read above may have changed meanwhile: decide afresh
+    let counted = false;
+    try {
+      for (;;) {
+        // A loaded runner is used at once (most requests): only a launch needs the settings.
+        const existing = loaded();
+        if (existing) return use(existing);
+        // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
+        const settings = await deps.settings.get(model.id);
+        if (loaded()) continue;
+        if (!budget) {
+          budget = await readBudget(model);
+          continue; // what was read above may have changed meanwhile: decide afresh
+        }
+        const plan = planLaunch(launchSnapshot(key, lane, settings, wanted, budget), model, mode);
+        if (plan.kind === "launch") return use(launch(plan.runner));
+        if (plan.kind === "refuse") throw plan.error;
+        // The unloads go on if the client leaves; only the wait for them ends.
+        if (plan.kind === "evict") await unlessAborted(Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!))), signal);
+        else {
+          if (lane === "interactive" && !counted) {
+            counted = true;
+            interactiveWaitingForRoom++;
+          }
+          await waitForRoom(key, model, mode, signal, plan.until);
+        }
       }
-      const plan = planLaunch(launchSnapshot(key, settings, wanted, budget), model, mode);
-      if (plan.kind === "launch") return use(launch(plan.runner));
-      if (plan.kind === "refuse") throw plan.error;
-      // The unloads go on if the client leaves; only the wait for them ends.
-      if (plan.kind === "evict") await unlessAborted(Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!))), signal);
-      else await waitForRoom(key, model, mode, signal);
+    } finally {
+      // The batch launches that waited behind it plan again.
+      if (counted && --interactiveWaitingForRoom === 0) notifyCapacity();
     }
   }
 
@@ -164,7 +186,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   };
 
   /** What a launch of `key` decides on: the runners as they are now (or as `runners` gives them). */
-  const launchSnapshot = (key: string, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, runners = everyRunner().map(snapshotOf)): LaunchSnapshot => ({
+  const launchSnapshot = (key: string, lane: Lane, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, runners = everyRunner().map(snapshotOf)): LaunchSnapshot => ({
     runners,
     pinned,
     limits: deps.limits,
@@ -172,11 +194,14 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     ...(wanted !== undefined ? { wantedContext: wanted } : {}),
     ...(memory ? { memory: { limits: memory, weights } } : {}),
     waitingForRoom: waitingForRoom.get(key) ?? 0,
+    lane,
+    now: Date.now(),
+    interactiveWaitingForRoom,
     serial: serial + 1,
   });
 
   /** Waits for room to launch, counted among those waiting for it (which the plan bounds). */
-  async function waitForRoom(key: string, model: ModelRef, mode: Mode, signal?: AbortSignal): Promise<void> {
+  async function waitForRoom(key: string, model: ModelRef, mode: Mode, signal?: AbortSignal, until?: number): Promise<void> {
     const count = (n: number) => {
       if (n > 0) waitingForRoom.set(key, n);
       else waitingForRoom.delete(key);
@@ -184,7 +209,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     };
     count((waitingForRoom.get(key) ?? 0) + 1);
     try {
-      await waitForCapacity(signal);
+      await waitForCapacity(signal, until);
     } finally {
       count(waitingForRoom.get(key)! - 1);
     }
@@ -260,7 +285,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const changed = Object.keys(changes).length > 0;
       if (runner && !changed && planServe(snapshotOf(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
       const runners = fitRunners(everyRunner().map(snapshotOf), runner?.options.spec.name);
-      const plan = planLaunch(launchSnapshot(key, settings, undefined, budget, runners), model, mode);
+      const plan = planLaunch(launchSnapshot(key, "interactive", settings, undefined, budget, runners), model, mode);
       if (plan.kind === "refuse") throw plan.error;
       return fitAnswer(plan, runners, pinned, (name) => {
         const r = runnerByName(name);

@@ -27,6 +27,7 @@ export const runnerSnapshot = (r: Runner, leaving: boolean): RunnerSnapshot => (
   busy: r.busy,
   leaving,
   lastUsed: r.lastUsed,
+  ...(r.lastInteractive !== undefined ? { lastInteractive: r.lastInteractive } : {}),
   bytes: r.options.memory?.total ?? 0,
   threads: r.options.threads,
   threadsFixed: r.options.threadsFixed,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { FairQueue, SHARED_WINDOW_MS, type Turn } from "../../src/scheduler/fair-queue.ts";
+import { FairQueue, SHARED_WINDOW_MS, type Clock, type Turn } from "../../src/scheduler/fair-queue.ts";
 
 // The fair queue as a table: requests pushed as `caller:id` (`caller:id!` in the batch lane),
 // then every grant's order. Each row is one story of a runner's queue.
@@ -65,7 +65,7 @@ describe("the fair queue", () => {
 
   it("shared: more than one caller within the window", () => {
     let now = 0;
-    const queue = new FairQueue<string>(() => now);
+    const queue = new FairQueue<string>({ clock: { now: () => now, after: () => () => {} } });
     queue.note("a");
     queue.note("a");
     expect(queue.shared()).toBe(false);
@@ -79,7 +79,7 @@ describe("the fair queue", () => {
 
   describe("places kept for others", () => {
     const shared = () => {
-      const queue = new FairQueue<string>(() => 0);
+      const queue = new FairQueue<string>({ clock: { now: () => 0, after: () => () => {} } });
       queue.note("flood");
       queue.note("calm");
       return queue;
@@ -113,9 +113,126 @@ describe("the fair queue", () => {
     });
 
     it("alone on a runner, a caller takes every place", () => {
-      const queue = new FairQueue<string>(() => 0);
+      const queue = new FairQueue<string>({ clock: { now: () => 0, after: () => () => {} } });
       queue.note("flood");
       expect([queue.takesNow(turn("flood:1"), 2), queue.takesNow(turn("flood:2"), 1)]).toEqual([true, true]);
     });
+  });
+});
+
+/** A clock the test moves: its timers fire in their order as it passes their time. */
+function manualClock() {
+  let now = 0;
+  const timers = new Set<{ at: number; then: () => void }>();
+  const clock: Clock = {
+    now: () => now,
+    after(ms, then) {
+      const timer = { at: now + ms, then };
+      timers.add(timer);
+      return () => timers.delete(timer);
+    },
+  };
+  const advanceTo = (end: number) => {
+    for (;;) {
+      const next = [...timers].filter((t) => t.at <= end).sort((a, b) => a.at - b.at)[0];
+      if (!next) break;
+      timers.delete(next);
+      now = next.at;
+      next.then();
+    }
+    now = end;
+  };
+  return { clock, advanceTo, armed: () => [...timers].map((t) => t.at) };
+}
+
+/**
+ * A runner of `places` slots driven by a timeline, as Runner drives its queue: at each time, `+a:1`
+ * comes (granted at once if it may, else queued, then a grant), `-a:1` ends (a grant follows),
+ * `xa:1` leaves the queue; then time runs on to `end`. Gives every grant as `item@time`, and the
+ * timers armed at the end.
+ */
+function timeline(steps: [number, string][], places = 2, end = 60_000) {
+  const { clock, advanceTo, armed } = manualClock();
+  let inUse = 0;
+  const granted: string[] = [];
+  const take = (item: string) => (inUse++, granted.push(`${item}@${clock.now()}`));
+  const grant = () => {
+    for (let item = queue.shift(places - inUse); item !== undefined; item = queue.shift(places - inUse)) take(item);
+  };
+  const queue: FairQueue<string> = new FairQueue<string>({ clock, regrant: grant });
+  const leave = new Map<string, () => boolean>();
+  for (const [at, step] of steps) {
+    advanceTo(at);
+    const item = step.slice(1);
+    if (step.startsWith("+")) {
+      queue.note(turn(item).caller);
+      if (queue.takesNow(turn(item), places - inUse)) take(item);
+      else leave.set(item, queue.push(item, turn(item))), grant();
+    } else if (step.startsWith("-")) {
+      inUse--;
+      queue.release(turn(item).caller);
+      grant();
+    } else leave.get(item)!();
+  }
+  advanceTo(end);
+  return { granted, armed: armed() };
+}
+
+describe("the fair queue when sharing ends", () => {
+  // Two keys on a runner of two slots: a holds one for a long generation, b's request has ended,
+  // a's second request is held back for b (the last free slot is kept for others while shared).
+  const heldBack: [number, string][] = [
+    [0, "+a:1"],
+    [0, "+b:1"],
+    [1_000, "-b:1"],
+    [2_000, "+a:2"],
+  ];
+  const W = SHARED_WINDOW_MS;
+
+  const first = ["a:1@0", "b:1@0"];
+  it.each<[string, [number, string][], string[]]>([
+    ["held back for a key gone quiet: granted as its window ends, with a's first still running", heldBack, [...first, `a:2@${W + 1}`]],
+    [
+      "both keys ask again meanwhile: b is served, a waits for b's new window",
+      [...heldBack, [9_000, "+b:2"], [9_500, "-b:2"], [9_600, "+a:3"]],
+      [...first, "b:2@9000", `a:2@${9_000 + W + 1}`],
+    ],
+    ["three keys: granted once both others are quiet", [[0, "+a:1"], [0, "+b:1"], [500, "-b:1"], [600, "+c:1"], [700, "-c:1"], [1_000, "+a:2"]], [...first, "c:1@600", `a:2@${600 + W + 1}`]],
+    ["a's first ends before: granted then", [...heldBack, [3_000, "-a:1"]], [...first, "a:2@3000"]],
+    ["the held-back request leaves", [...heldBack, [3_000, "xa:2"]], first],
+    ["only batch work held back: sharing does not hold it, no grant comes of its end", [[0, "+a:1"], [0, "+b:1"], [1_000, "-b:1"], [2_000, "+a:2!"]], first],
+    ["one key alone: nothing held back for others", [[0, "+a:1"], [0, "+a:2"], [0, "+a:3"]], ["a:1@0", "a:2@0"]],
+  ])("%s", (_story, steps, granted) => {
+    const run = timeline(steps);
+    expect(run.granted).toEqual(granted);
+    // Nothing is left armed: a timer never outlives what it was for.
+    expect(run.armed).toEqual([]);
+  });
+
+  const askAgain: [number, string][] = [...heldBack, [5_000, "+b:2"], [5_100, "-b:2"], [6_000, "+a:3"]];
+  it.each<[string, [number, string][], number, number[]]>([
+    ["armed for the moment sharing ends", heldBack, 2_000, [W + 1]],
+    ["both keys ask again: the timer due sooner stays", askAgain, 6_000, [W + 1]],
+    ["...and when it fires, the runner still shared, it is armed for the new end", askAgain, W + 1, [5_000 + W + 1]],
+    ["cleared once the request is granted otherwise", [...heldBack, [3_000, "-a:1"]], 3_000, []],
+    ["cleared once it leaves", [...heldBack, [3_000, "xa:2"]], 3_000, []],
+    ["none for batch work", [[0, "+a:1"], [0, "+b:1"], [1_000, "-b:1"], [2_000, "+a:2!"]], 2_000, []],
+    ["none when the runner is not shared", [[0, "+a:1"], [0, "+a:2"], [0, "+a:3"]], 0, []],
+  ])("the timer: %s", (_story, steps, at, armed) => {
+    expect(timeline(steps, 2, at).armed).toEqual(armed);
+  });
+
+  it("the timer is armed for the moment sharing ends, and once only", () => {
+    const { clock, armed, advanceTo } = manualClock();
+    const queue = new FairQueue<string>({ clock });
+    queue.note("a");
+    expect(queue.sharedUntil()).toBeUndefined();
+    advanceTo(4_000);
+    queue.note("b");
+    expect(queue.sharedUntil()).toBe(W + 1);
+    expect(queue.takesNow(turn("a:1"), 2)).toBe(true);
+    queue.push("a:2", turn("a:2"));
+    expect([queue.shift(1), queue.shift(1)]).toEqual([undefined, undefined]);
+    expect(armed()).toEqual([W + 1]);
   });
 });

@@ -43,6 +43,9 @@ const snapshot = (extra: Partial<LaunchSnapshot> = {}): LaunchSnapshot => ({
   limits: { maxRunners: 2, slots: 1, queueDepth: 1, keepAlive: "5m", cpuCores: 4 },
   settings: {},
   waitingForRoom: 0,
+  lane: "interactive",
+  now: 1_000,
+  interactiveWaitingForRoom: 0,
   serial: 3,
   ...extra,
 });
@@ -83,6 +86,41 @@ describe("planLaunch: evict, wait or refuse", () => {
     ],
   ])("%s", (_, given, plan) => {
     expect(planLaunch(snapshot(given), A, "completion")).toMatchObject(plan);
+  });
+});
+
+describe("planLaunch: batch work takes no room from interactive users", () => {
+  // now is 1000; runners kept for 500 ms after an interactive request's last use.
+  const limits = { ...snapshot().limits, batchEvictAfterMs: 500 };
+  const batch = (given: Partial<LaunchSnapshot>) => snapshot({ lane: "batch", limits, ...given });
+  const talkedTo = (name: string, at: number, extra: Partial<RunnerSnapshot> = {}) => runner(name, at, { lastInteractive: at, ...extra });
+  it.each<[string, LaunchSnapshot, object]>([
+    ["used by a user 100 ms ago: kept, the batch request waits until it ages out", batch({ runners: [talkedTo("x", 900), runner("y", 2, busy)] }), { kind: "wait", waitsFor: ["x", "y"], until: 1400 }],
+    ["the same runner for an interactive request: evicted", snapshot({ limits, runners: [talkedTo("x", 900), runner("y", 2, busy)] }), { kind: "evict", names: ["x"] }],
+    ["used by a user longer ago than the setting: evicted", batch({ runners: [talkedTo("x", 500), runner("y", 2, busy)] }), { kind: "evict", names: ["x"] }],
+    ["a runner only batch work used goes, though the kept one is older", batch({ runners: [talkedTo("x", 800, { lastUsed: 1 }), runner("y", 5)] }), { kind: "evict", names: ["y"] }],
+    ["served by batch work since its user's last turn: still kept", batch({ runners: [talkedTo("x", 900, { lastUsed: 990 }), runner("y", 2, busy)] }), { kind: "wait", until: 1400 }],
+    ["several kept: woken for the earliest", batch({ runners: [talkedTo("x", 900), talkedTo("y", 700)] }), { kind: "wait", waitsFor: ["x", "y"], until: 1200 }],
+    ["room beside a kept runner: launched", batch({ runners: [talkedTo("x", 900)], limits: { ...limits, maxRunners: 3 } }), { kind: "launch" }],
+    ["the setting left at 0: evicted as by any request", batch({ runners: [talkedTo("x", 999), runner("y", 2, busy)], limits: snapshot().limits }), { kind: "evict", names: ["x"] }],
+    ["interactive requests wait for room: the batch request waits behind them, room or not", batch({ interactiveWaitingForRoom: 1 }), { kind: "wait", waitsFor: [] }],
+    ["an interactive request is not held back by others waiting for room", snapshot({ interactiveWaitingForRoom: 1 }), { kind: "launch" }],
+    [
+      "a batch request waiting behind is bounded like any: 503 once the queue is full",
+      batch({ runners: [talkedTo("x", 900), runner("y", 2, busy)], waitingForRoom: 2 }),
+      { kind: "refuse", error: { status: 503, code: "queue_full" } },
+    ],
+  ])("%s", (_, given, plan) => {
+    const planned = planLaunch(given, A, "completion");
+    expect(planned).toMatchObject(plan);
+    if (!("until" in plan)) expect(planned).not.toHaveProperty("until");
+  });
+
+  it("kept within a memory budget too: the user's runner stays, the batch model waits for it", () => {
+    // A budget that holds one runner: the smallest context does not fit beside x.
+    const given = batch({ memory: budget(Math.floor(1.5 * cost(1024))), limits: { ...limits, maxRunners: 8 }, runners: [talkedTo("x", 900, { bytes: cost(1024) })] });
+    expect(planLaunch(given, SIZED, "completion")).toMatchObject({ kind: "wait", waitsFor: ["x"], until: 1400 });
+    expect(planLaunch({ ...given, now: 1400 }, SIZED, "completion")).toMatchObject({ kind: "evict", names: ["x"] });
   });
 });
 

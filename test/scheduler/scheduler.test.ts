@@ -3,6 +3,7 @@ import { HttpError } from "../../src/http/errors.ts";
 import { createScheduler, type SchedulerLimits } from "../../src/scheduler/scheduler.ts";
 import type { ModelSettings, SettingsStore } from "../../src/scheduler/settings.ts";
 import { modelName, type ModelRef, type RunnerSpec } from "../../src/scheduler/types.ts";
+import { SHARED_WINDOW_MS } from "../../src/scheduler/fair-queue.ts";
 import { fakeStarter, tick } from "./fake-runner.ts";
 
 const model = (name: string): ModelRef => ({ id: `sha256:${name}`, tags: [`ai/${name}:latest`], ggufPath: `${name}.gguf` });
@@ -142,6 +143,30 @@ describe("scheduler", () => {
     await expect(scheduler.acquire(A, "completion")).rejects.toMatchObject({ code: "queue_full" });
     for (const lease of [first, second, third]) lease.release();
     expect(started[0]!.spec.extraArgs).toContain(String(2 + 1 + 8));
+  });
+
+  it("regression: a request held back for another key waited, a slot free, until its key's running request ended; it starts once the other key has been quiet for the window", async () => {
+    const { scheduler, finishLoads } = setup({ slots: 2, runnerQueue: 0 });
+    const as = (caller: string) => scheduler.acquire(A, "completion", undefined, { caller });
+    // Key a holds a slot for a long generation; key b's request comes and ends.
+    const first = as("a");
+    await flush();
+    await finishLoads();
+    const long = await first;
+    (await as("b")).release();
+    vi.advanceTimersByTime(1_000);
+    // a's next request is held back: the last free slot is kept for b while the runner is shared.
+    let started = false;
+    const next = as("a").then((lease) => ((started = true), lease));
+    await flush();
+    expect(started).toBe(false);
+    // Once b has been quiet for the window, nothing comes to grant it but the window's end.
+    await vi.advanceTimersByTimeAsync(SHARED_WINDOW_MS);
+    await flush();
+    expect(started).toBe(true);
+    expect(scheduler.runners()[0]).toMatchObject({ inUse: 2, waiting: 0 });
+    (await next).release();
+    long.release();
   });
 
   it("drops a queued request whose client went away", async () => {
@@ -344,6 +369,59 @@ describe("scheduler", () => {
     expect(pending.map((p) => p.spec.name)).toEqual(["b-completion-2"]);
     await finishLoads();
     (await b).release();
+  });
+
+  it("batch work never evicts a runner an interactive user used within batchEvictAfterMs: it waits, then loads once the runner was left alone that long", async () => {
+    const { scheduler, started, pending, finishLoads } = setup({ maxRunners: 1, batchEvictAfterMs: 60_000 });
+    const user = () => scheduler.acquire(A, "completion", undefined, { caller: "user" });
+    const first = user();
+    await flush();
+    await finishLoads();
+    (await first).release();
+    vi.advanceTimersByTime(1_000);
+    // A batch line for another model: A is idle between two turns of its user, and stays.
+    let served = false;
+    const line = scheduler.acquire(B, "completion", undefined, { caller: "batcher", lane: "batch" }).then((l) => ((served = true), l));
+    await flush();
+    expect([pending.length, started[0]!.stopped]).toEqual([0, false]);
+    // The user's next turn finds its runner loaded: no wait, no reload; it is kept from its end on.
+    vi.advanceTimersByTime(30_000);
+    (await user()).release();
+    await vi.advanceTimersByTimeAsync(60_000 - 1);
+    await flush();
+    expect([served, pending.length, started[0]!.stopped]).toEqual([false, 0, false]);
+    // Left alone for the whole time: the batch line evicts it and loads its model.
+    await vi.advanceTimersByTimeAsync(1);
+    await flush();
+    expect(started[0]!.stopped).toBe(true);
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["b.gguf"]);
+    await finishLoads();
+    (await line).release();
+    expect(started).toHaveLength(2);
+  });
+
+  it("a batch request waiting for room goes after an interactive one that came later", async () => {
+    const { scheduler, pending, finishLoads } = setup({ maxRunners: 1 });
+    const batch = (model: ModelRef) => scheduler.acquire(model, "completion", undefined, { caller: "batcher", lane: "batch" });
+    const busy = batch(A);
+    await flush();
+    await finishLoads();
+    const lineA = await busy;
+    const lineB = batch(B);
+    await flush();
+    const interactive = scheduler.acquire(C, "completion", undefined, { caller: "user" });
+    await flush();
+    // A frees: the interactive request's model loads, though the batch line waited first.
+    lineA.release();
+    await flush();
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["c.gguf"]);
+    await finishLoads();
+    (await interactive).release();
+    await flush();
+    // Then the batch line's (the setting is 0 here: C is not kept for its user).
+    expect(pending.map((p) => p.spec.modelPath)).toEqual(["b.gguf"]);
+    await finishLoads();
+    (await lineB).release();
   });
 
   it("B2: a request whose loading runner is reloaded away twice gets a 503, not a 500", async () => {
