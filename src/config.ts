@@ -77,6 +77,10 @@ const Settings = z.object({
   // Usage per key, model and day, and batches with their files, kept across restarts (default: beside INFERENCE_SETTINGS_PATH).
   USAGE_PATH: z.string().min(1).optional(),
   BATCHES_PATH: z.string().min(1).optional(),
+  // Batches of one key not yet ended (0: no bound), and batches running at once (the others wait
+  // their turn, oldest first, resumed ones too).
+  BATCHES_PER_KEY: z.coerce.number().int().nonnegative().default(10),
+  BATCHES_RUNNING: z.coerce.number().int().min(1).default(2),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
@@ -219,7 +223,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       metricsCacheMs: s.INFERENCE_METRICS_CACHE_MS,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
-      batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
+      batches: { path: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"), perKey: s.BATCHES_PER_KEY, running: s.BATCHES_RUNNING },
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
       slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },
     },
