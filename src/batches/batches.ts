@@ -12,8 +12,10 @@ import { append, checkInput, doneIn, pendingLines, type BatchEndpoint, type Inpu
 // status; each line's result is appended as it ends, so a restart resumes with the lines that have
 // none. A stop waits for the lines running (up to the shutdown grace), so none is cut short and run
 // again. A few batches run at once (`limits.running`, created and resumed alike), the others wait
-// their turn oldest first: a server restarted with many unfinished batches does not take them all
-// up together, and what one costs (its reads of the input, its set of custom_ids) is bounded by it.
+// their turn: a server restarted with many unfinished batches does not take them all up together,
+// and what batches cost at once (their reads of the input, their sets of custom_ids) is bounded.
+// A turn that frees goes to the key with the fewest batches running (see `nextTurn`), so one key's
+// many batches do not keep every other key's waiting behind them.
 
 export type BatchStatus = "validating" | "failed" | "in_progress" | "finalizing" | "completed" | "expired" | "cancelling" | "cancelled";
 
@@ -39,6 +41,8 @@ export type Batch = {
   request_counts: { total: number; completed: number; failed: number };
   metadata: Record<string, string> | null;
   owner: string;
+  /** When it was created, in ms: the order batches take their turns in (records from before it have none). */
+  created_ms?: number;
 };
 
 /** Runs one line for `owner`: the status and JSON body of its answer. */
@@ -47,7 +51,7 @@ export type RunLine = (line: InputLine, owner: string, signal: AbortSignal) => P
 export type BatchLimits = {
   /** Batches of one key not yet ended (0: no bound); one more is refused with 429. */
   perKey: number;
-  /** Batches running at once; the others wait their turn, oldest first. */
+  /** Batches running at once; the others wait their turn (`nextTurn`). */
   running: number;
   /** The longest input line read (longer ones fail validation): the inference body limit. */
   maxLineBytes: number;
@@ -58,7 +62,19 @@ const LINES_AT_ONCE = 2;
 const WINDOW_S = 24 * 3600;
 const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
 
-export const shownBatch = ({ owner: _, ...batch }: Batch) => batch;
+/**
+ * Which waiting batch (oldest first) takes a free turn: the oldest of the key with the fewest
+ * batches running. A batch keeps its turn until it ends.
+ */
+export function nextTurn(waiting: readonly Pick<Batch, "owner">[], runningOwners: readonly string[]): number {
+  const runs = (owner: string) => runningOwners.filter((o) => o === owner).length;
+  let best = 0;
+  for (let i = 1; i < waiting.length; i++) if (runs(waiting[i]!.owner) < runs(waiting[best]!.owner)) best = i;
+  return best;
+}
+
+export const shownBatch = ({ owner: _, created_ms: __, ...batch }: Batch) => batch;
+const createdMs = (batch: Batch) => batch.created_ms ?? batch.created_at * 1000;
 
 /** The batch's input is not on disk any more (deleted, or its record lost): the batch fails. */
 class InputGone extends Error {
@@ -69,9 +85,10 @@ class InputGone extends Error {
 
 export function createBatches(dir: string, files: FileStore, run: RunLine, limits: BatchLimits) {
   const batches = new Map<string, Batch>();
-  const running = new Map<string, Promise<void>>();
+  const running = new Map<string, { owner: string; job: Promise<void> }>();
   /** Batches waiting for one of the `limits.running` turns, oldest first. */
   const waiting: Batch[] = [];
+  let lastCreatedMs = 0;
   /** No line starts once aborted; `cut` aborts the lines still running when the grace is over. */
   const stopping = new AbortController();
   const cut = new AbortController();
@@ -184,12 +201,14 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
         running.delete(batch.id);
         pump();
       });
-    running.set(batch.id, job);
+    running.set(batch.id, { owner: batch.owner, job });
   }
 
-  /** Starts the batches waiting while there is a turn free (none once stopping). */
+  /** Starts batches waiting while there is a turn free (none once stopping). */
   function pump(): void {
-    while (!stopping.signal.aborted && running.size < limits.running && waiting.length) launch(waiting.shift()!);
+    while (!stopping.signal.aborted && running.size < limits.running && waiting.length) {
+      launch(waiting.splice(nextTurn(waiting, [...running.values()].map((r) => r.owner)), 1)[0]!);
+    }
   }
 
   function start(batch: Batch): void {
@@ -205,8 +224,9 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
       kept.push(JSON.parse(await readFile(join(dir, name), "utf8")) as Batch);
     }
-    kept.sort((a, b) => a.created_at - b.created_at || (a.id < b.id ? -1 : 1));
+    kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
     for (const batch of kept) batches.set(batch.id, batch);
+    lastCreatedMs = Math.max(0, ...kept.map(createdMs));
     for (const batch of kept) start(batch);
   })();
   loaded.catch((error: Error) => console.error(`batches: cannot resume (${error.message})`));
@@ -215,13 +235,16 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
   function admit(owner: string): void {
     const open = [...batches.values()].filter((b) => b.owner === owner && !FINISHED.includes(b.status)).length;
     if (limits.perKey > 0 && open >= limits.perKey) {
-      throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, its most (BATCHES_PER_KEY); wait for one to end or cancel one`);
+      throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`);
     }
   }
 
   return {
     async create(owner: string, fields: { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null }): Promise<Batch> {
-      const created = now();
+      await loaded;
+      // Strictly after the one before, so that two batches created in the same ms keep their order.
+      lastCreatedMs = Math.max(Date.now(), lastCreatedMs + 1);
+      const created = Math.floor(lastCreatedMs / 1000);
       const batch: Batch = {
         id: `batch_${randomBytes(12).toString("hex")}`,
         object: "batch",
@@ -241,8 +264,8 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
         cancelled_at: null,
         request_counts: { total: 0, completed: 0, failed: 0 },
         owner,
+        created_ms: lastCreatedMs,
       };
-      await loaded;
       // Counted and taken in one step: two requests at once cannot both take the last place.
       admit(owner);
       batches.set(batch.id, batch);
@@ -272,7 +295,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
       stopping.abort();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
-      await Promise.race([Promise.allSettled(running.values()), grace]);
+      await Promise.race([Promise.allSettled([...running.values()].map((r) => r.job)), grace]);
       clearTimeout(timer);
       cut.abort();
     },
