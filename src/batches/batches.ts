@@ -60,6 +60,7 @@ export type BatchLimits = {
 /** Lines of one batch running at once: enough to fill free slots, few enough to wait politely. */
 const LINES_AT_ONCE = 2;
 const WINDOW_S = 24 * 3600;
+const SAVE_EVERY_MS = 1000;
 const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
 
 /**
@@ -94,8 +95,9 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
   const cut = new AbortController();
   const now = () => Math.floor(Date.now() / 1000);
   const path = (id: string, kind: "json" | "output.jsonl" | "errors.jsonl") => join(dir, `${id}.${kind}`);
-  // The record is written at each change of status, not at each line: at a resume the counts
-  // come from the results files, which are what says a line is done.
+  // The record is written at each change of status, and at most once a second as lines end (so
+  // that its counts, shown until a resumed batch has read its results, are about right): the
+  // results files are what says a line is done, and a resume takes its counts from them.
   const save = (batch: Batch) => writeFileAtomic(path(batch.id, "json"), JSON.stringify(batch), { durable: false });
 
   const enter = async (batch: Batch, status: BatchStatus) => {
@@ -144,6 +146,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     batch.request_counts.failed = failures.size;
     const done = { has: (id: string) => completed.has(id) || failures.has(id), size: completed.size + failures.size };
     const pending = pendingLines(input, batch.endpoint, limits.maxLineBytes, done);
+    let saved = Date.now();
     const next = async () => {
       while (batch.status === "in_progress" && !stopping.signal.aborted) {
         if (now() > batch.expires_at) return void (await enter(batch, "expired"));
@@ -153,6 +156,10 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
         const ok = result.response !== null && result.response.status_code < 400;
         await append(ok ? output : failed, result);
         batch.request_counts[ok ? "completed" : "failed"]++;
+        if (Date.now() - saved >= SAVE_EVERY_MS) {
+          saved = Date.now();
+          await save(batch);
+        }
       }
     };
     try {
