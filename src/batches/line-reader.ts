@@ -34,7 +34,8 @@ export async function* readLines(path: string, maxLineBytes = Number.POSITIVE_IN
     } else parts.push(piece);
   };
   const line = (ended: boolean): FileLine => {
-    const text = tooLong ? null : Buffer.concat(parts, size).toString("utf8");
+    // A line within one chunk (most) is decoded from it without a copy first.
+    const text = tooLong ? null : parts.length === 1 ? parts[0]!.toString("utf8") : Buffer.concat(parts, size).toString("utf8");
     parts = [];
     size = 0;
     tooLong = false;
