@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { HttpError } from "../http/errors.ts";
 import { writeFileAtomic } from "../models/store/files.ts";
 import type { FileStore } from "./files.ts";
+import { createTurns } from "./turns.ts";
 import { append, checkInput, doneIn, pendingLines, type BatchEndpoint, type InputLine, type LineError, type ResultLine } from "./lines.ts";
 
 // OpenAI's Batch API: a batch's lines run in the background, a few at a time, each as a request of
@@ -12,10 +13,9 @@ import { append, checkInput, doneIn, pendingLines, type BatchEndpoint, type Inpu
 // status; each line's result is appended as it ends, so a restart resumes with the lines that have
 // none. A stop waits for the lines running (up to the shutdown grace), so none is cut short and run
 // again. A few batches run at once (`limits.running`, created and resumed alike), the others wait
-// their turn: a server restarted with many unfinished batches does not take them all up together,
-// and what batches cost at once (their reads of the input, their sets of custom_ids) is bounded.
-// A turn that frees goes to the key with the fewest batches running (see `nextTurn`), so one key's
-// many batches do not keep every other key's waiting behind them.
+// their turn (turns.ts): a server restarted with many unfinished batches does not take them all up
+// together, and what batches cost at once (their reads of the input, their sets of custom_ids) is
+// bounded.
 
 export type BatchStatus = "validating" | "failed" | "in_progress" | "finalizing" | "completed" | "expired" | "cancelling" | "cancelled";
 
@@ -51,7 +51,7 @@ export type RunLine = (line: InputLine, owner: string, signal: AbortSignal) => P
 export type BatchLimits = {
   /** Batches of one key not yet ended (0: no bound); one more is refused with 429. */
   perKey: number;
-  /** Batches running at once; the others wait their turn (`nextTurn`). */
+  /** Batches running at once; the others wait their turn (turns.ts). */
   running: number;
   /** The longest input line read (longer ones fail validation): the inference body limit. */
   maxLineBytes: number;
@@ -62,17 +62,6 @@ const LINES_AT_ONCE = 2;
 const WINDOW_S = 24 * 3600;
 const SAVE_EVERY_MS = 1000;
 const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
-
-/**
- * Which waiting batch (oldest first) takes a free turn: the oldest of the key with the fewest
- * batches running. A batch keeps its turn until it ends.
- */
-export function nextTurn(waiting: readonly Pick<Batch, "owner">[], runningOwners: readonly string[]): number {
-  const runs = (owner: string) => runningOwners.filter((o) => o === owner).length;
-  let best = 0;
-  for (let i = 1; i < waiting.length; i++) if (runs(waiting[i]!.owner) < runs(waiting[best]!.owner)) best = i;
-  return best;
-}
 
 export const shownBatch = ({ owner: _, created_ms: __, ...batch }: Batch) => batch;
 const createdMs = (batch: Batch) => batch.created_ms ?? batch.created_at * 1000;
@@ -86,9 +75,7 @@ class InputGone extends Error {
 
 export function createBatches(dir: string, files: FileStore, run: RunLine, limits: BatchLimits) {
   const batches = new Map<string, Batch>();
-  const running = new Map<string, { owner: string; job: Promise<void> }>();
-  /** Batches waiting for one of the `limits.running` turns, oldest first. */
-  const waiting: Batch[] = [];
+  const turns = createTurns<Batch>(limits.running, (batch) => work(batch).catch((error: Error) => fail(batch, error)));
   let lastCreatedMs = 0;
   /** No line starts once aborted; `cut` aborts the lines still running when the grace is over. */
   const stopping = new AbortController();
@@ -201,27 +188,8 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     await finalize(batch, "failed").catch((cause: Error) => console.error(`batch ${batch.id}: cannot record its failure (${cause.message})`));
   }
 
-  function launch(batch: Batch): void {
-    const job = work(batch)
-      .catch((error: Error) => fail(batch, error))
-      .finally(() => {
-        running.delete(batch.id);
-        pump();
-      });
-    running.set(batch.id, { owner: batch.owner, job });
-  }
-
-  /** Starts batches waiting while there is a turn free (none once stopping). */
-  function pump(): void {
-    while (!stopping.signal.aborted && running.size < limits.running && waiting.length) {
-      launch(waiting.splice(nextTurn(waiting, [...running.values()].map((r) => r.owner)), 1)[0]!);
-    }
-  }
-
   function start(batch: Batch): void {
-    if (FINISHED.includes(batch.status) || running.has(batch.id) || waiting.includes(batch)) return;
-    waiting.push(batch);
-    pump();
+    if (!FINISHED.includes(batch.status)) turns.add(batch);
   }
 
   /** The batches kept, read once at start (those not ended wait their turn, oldest first); every lookup waits for it. */
@@ -291,10 +259,9 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     async cancel(batch: Batch): Promise<Batch> {
       if (batch.status !== "validating" && batch.status !== "in_progress") return batch;
       await enter(batch, "cancelling");
-      // One waiting its turn ends now: it only has its results to hand over.
-      const queued = waiting.indexOf(batch);
-      if (queued !== -1) waiting.splice(queued, 1);
-      if (!running.has(batch.id)) launch(batch);
+      // One waiting its turn ends now: it only has its results to hand over. One running sees
+      // the status change and stops starting lines.
+      turns.now(batch);
       return batch;
     },
     /** No line starts after this; resolves once the lines running have ended, or after `graceMs`. */
@@ -302,7 +269,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
       stopping.abort();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
-      await Promise.race([Promise.allSettled([...running.values()].map((r) => r.job)), grace]);
+      await Promise.race([turns.close(), grace]);
       clearTimeout(timer);
       cut.abort();
     },
