@@ -106,6 +106,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
   /** Validates (if not yet), runs the lines without a result, then finalizes. */
   async function work(batch: Batch): Promise<void> {
     if (batch.status === "cancelling") return finalize(batch);
+    if (now() > batch.expires_at) return enter(batch, "expired").then(() => finalize(batch)); // its window passed while it waited its turn
     const input = await inputOf(batch);
     if (batch.status === "validating") {
       const { requests, errors } = await checkInput(input, batch.endpoint, limits.maxLineBytes).catch(gone(batch));

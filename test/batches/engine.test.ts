@@ -187,6 +187,19 @@ describe("what a restart finds on disk", () => {
     expect((await until(second, first.id, ended, "end")).status).toBe("completed");
   });
 
+  it("a batch whose 24 h passed while it waited its turn ends expired without reading its input", async () => {
+    const engine = open(hanging, { running: 1 });
+    const first = await create(engine, ["first"]);
+    const late = await create(engine, ["l0", "l1"]);
+    await engine.batches.stop(0);
+    const record = join(dir, "batches", `${late.id}.json`);
+    await writeFile(record, JSON.stringify({ ...JSON.parse(await readFile(record, "utf8")), expires_at: Math.floor(Date.now() / 1000) - 1 }));
+    await unlink(engine.files.dataPath(late.input_file_id)); // not read: no input_file_missing
+    const second = open(answering(), { running: 2 });
+    expect(await until(second, late.id, ended, "end")).toMatchObject({ status: "expired", errors: null, output_file_id: null });
+    await until(second, first.id, ended, "end");
+  });
+
   it("an input deleted while its lines run: the batch still ends (the lines already open are read to the end)", async () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
