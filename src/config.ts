@@ -77,8 +77,8 @@ const Settings = z.object({
   // Usage per key, model and day, and batches with their files, kept across restarts (default: beside INFERENCE_SETTINGS_PATH).
   USAGE_PATH: z.string().min(1).optional(),
   BATCHES_PATH: z.string().min(1).optional(),
-  // Batches of one key not yet ended (0: no bound), and batches running at once (the others wait
-  // their turn, oldest first, resumed ones too).
+  // Batches of one key not yet ended (0: no bound), and batches running at once, resumed ones too
+  // (the others wait their turn: the key with the fewest running first, then the oldest).
   BATCHES_PER_KEY: z.coerce.number().int().nonnegative().default(10),
   BATCHES_RUNNING: z.coerce.number().int().min(1).default(2),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
