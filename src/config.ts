@@ -81,6 +81,10 @@ const Settings = z.object({
   USAGE_MAX_ROWS: z.coerce.number().int().min(1).default(LEDGER_BOUNDS.maxRows),
   USAGE_KEEP_DAYS: z.coerce.number().int().min(1).default(LEDGER_BOUNDS.keepDays),
   BATCHES_PATH: z.string().min(1).optional(),
+  // Batches of one key not yet ended (0: no bound), and batches running at once, resumed ones too
+  // (the others wait their turn: the key with the fewest running first, then the oldest).
+  BATCHES_PER_KEY: z.coerce.number().int().nonnegative().default(10),
+  BATCHES_RUNNING: z.coerce.number().int().min(1).default(2),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
@@ -231,7 +235,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       settingsPath: s.INFERENCE_SETTINGS_PATH,
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
       usageBounds: { maxRows: s.USAGE_MAX_ROWS, keepDays: s.USAGE_KEEP_DAYS },
-      batchesPath: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"),
+      batches: { path: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"), perKey: s.BATCHES_PER_KEY, running: s.BATCHES_RUNNING },
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
       slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS, perKey: s.INFERENCE_PROMPT_CACHE_PER_KEY },
       promptsPerKey: s.INFERENCE_PROMPT_CACHE_PER_KEY,

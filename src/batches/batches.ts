@@ -1,15 +1,21 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { HttpError } from "../http/errors.ts";
 import { writeFileAtomic } from "../models/store/files.ts";
 import type { FileStore } from "./files.ts";
-import { append, doneIn, parseInput, type BatchEndpoint, type InputLine, type LineError, type ResultLine } from "./lines.ts";
+import { createTurns } from "./turns.ts";
+import { append, checkInput, doneIn, pendingLines, type BatchEndpoint, type InputLine, type LineError, type ResultLine } from "./lines.ts";
 
 // OpenAI's Batch API: a batch's lines run in the background, a few at a time, each as a request of
 // its owner's key in the runners' batch lane (served only while no interactive request waits, and
-// never taking a runner's last free slot). Its record (`<id>.json`) is rewritten at each change;
-// each line's result is appended as it ends, so a restart resumes with the lines that have none.
-// A stop waits for the lines running (up to the shutdown grace), so none is cut short and run again.
+// never taking a runner's last free slot). Its record (`<id>.json`) is rewritten at each change of
+// status; each line's result is appended as it ends, so a restart resumes with the lines that have
+// none. A stop waits for the lines running (up to the shutdown grace), so none is cut short and run
+// again. A few batches run at once (`limits.running`, created and resumed alike), the others wait
+// their turn (turns.ts): a server restarted with many unfinished batches does not take them all up
+// together, and what batches cost at once (their reads of the input, their sets of custom_ids) is
+// bounded.
 
 export type BatchStatus = "validating" | "failed" | "in_progress" | "finalizing" | "completed" | "expired" | "cancelling" | "cancelled";
 
@@ -35,26 +41,50 @@ export type Batch = {
   request_counts: { total: number; completed: number; failed: number };
   metadata: Record<string, string> | null;
   owner: string;
+  /** When it was created, in ms: the order batches take their turns in (records from before it have none). */
+  created_ms?: number;
 };
 
 /** Runs one line for `owner`: the status and JSON body of its answer. */
 export type RunLine = (line: InputLine, owner: string, signal: AbortSignal) => Promise<{ status: number; body: unknown }>;
 
+export type BatchLimits = {
+  /** Batches of one key not yet ended (0: no bound); one more is refused with 429. */
+  perKey: number;
+  /** Batches running at once; the others wait their turn (turns.ts). */
+  running: number;
+  /** The longest input line read (longer ones fail validation): the inference body limit. */
+  maxLineBytes: number;
+};
+
 /** Lines of one batch running at once: enough to fill free slots, few enough to wait politely. */
 const LINES_AT_ONCE = 2;
 const WINDOW_S = 24 * 3600;
+const SAVE_EVERY_MS = 1000;
 const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
 
-export const shownBatch = ({ owner: _, ...batch }: Batch) => batch;
+export const shownBatch = ({ owner: _, created_ms: __, ...batch }: Batch) => batch;
+const createdMs = (batch: Batch) => batch.created_ms ?? batch.created_at * 1000;
 
-export function createBatches(dir: string, files: FileStore, run: RunLine) {
+/** The batch's input is not on disk any more (deleted, or its record lost): the batch fails. */
+class InputGone extends Error {
+  constructor(id: string) {
+    super(`the input file ${id} is gone (deleted while the batch had not read it all)`);
+  }
+}
+
+export function createBatches(dir: string, files: FileStore, run: RunLine, limits: BatchLimits) {
   const batches = new Map<string, Batch>();
-  const running = new Map<string, Promise<void>>();
+  const turns = createTurns<Batch>(limits.running, (batch) => work(batch).catch((error: Error) => fail(batch, error)));
+  let lastCreatedMs = 0;
   /** No line starts once aborted; `cut` aborts the lines still running when the grace is over. */
   const stopping = new AbortController();
   const cut = new AbortController();
   const now = () => Math.floor(Date.now() / 1000);
   const path = (id: string, kind: "json" | "output.jsonl" | "errors.jsonl") => join(dir, `${id}.${kind}`);
+  // The record is written at each change of status, and at most once a second as lines end (so
+  // that its counts, shown until a resumed batch has read its results, are about right): the
+  // results files are what says a line is done, and a resume takes its counts from them.
   const save = (batch: Batch) => writeFileAtomic(path(batch.id, "json"), JSON.stringify(batch), { durable: false });
 
   const enter = async (batch: Batch, status: BatchStatus) => {
@@ -64,37 +94,67 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
     await save(batch);
   };
 
+  /** Where the input's bytes are, checked now; a file that goes later fails the read (see `gone`). */
+  async function inputOf(batch: Batch): Promise<string> {
+    const found = await files.get(batch.input_file_id);
+    const data = found && files.dataPath(found.id);
+    if (!data || !(await stat(data).catch(() => undefined))) throw new InputGone(batch.input_file_id);
+    return data;
+  }
+  const gone = (batch: Batch) => (error: NodeJS.ErrnoException) => Promise.reject(error.code === "ENOENT" ? new InputGone(batch.input_file_id) : error);
+
   /** Validates (if not yet), runs the lines without a result, then finalizes. */
   async function work(batch: Batch): Promise<void> {
-    const input = new TextDecoder().decode(await files.content(batch.input_file_id));
-    const { lines, errors } = parseInput(input, batch.endpoint);
+    if (batch.status === "cancelling") return finalize(batch);
+    if (now() > batch.expires_at) return enter(batch, "expired").then(() => finalize(batch)); // its window passed while it waited its turn
+    const input = await inputOf(batch);
     if (batch.status === "validating") {
+      const { requests, errors } = await checkInput(input, batch.endpoint, limits.maxLineBytes).catch(gone(batch));
       if (errors.length) {
         batch.errors = { object: "list", data: errors };
         return enter(batch, "failed");
       }
-      batch.request_counts.total = lines.length;
+      batch.request_counts.total = requests;
+      // A cancel may have come while the input was read (TypeScript cannot know it changed).
+      if ((batch.status as BatchStatus) === "cancelling") return finalize(batch);
       await enter(batch, "in_progress");
     }
+    if (batch.status === "in_progress") await runLines(batch, input);
+    if (stopping.signal.aborted) return; // resumed at the next start
+    if (batch.status === "in_progress") await enter(batch, "finalizing");
+    await finalize(batch);
+  }
+
+  /** The lines without a result, LINES_AT_ONCE at a time, read from the input as they start. */
+  async function runLines(batch: Batch, input: string): Promise<void> {
     const output = path(batch.id, "output.jsonl");
     const failed = path(batch.id, "errors.jsonl");
-    const done = new Set([...(await doneIn(output)), ...(await doneIn(failed))]);
-    const pending = lines.filter((l) => !done.has(l.custom_id));
+    const [completed, failures] = await Promise.all([doneIn(output), doneIn(failed)]);
+    batch.request_counts.completed = completed.size;
+    batch.request_counts.failed = failures.size;
+    const done = { has: (id: string) => completed.has(id) || failures.has(id), size: completed.size + failures.size };
+    const pending = pendingLines(input, batch.endpoint, limits.maxLineBytes, done);
+    let saved = Date.now();
     const next = async () => {
-      for (let line = pending.shift(); line; line = pending.shift()) {
-        if (batch.status !== "in_progress" || stopping.signal.aborted) return;
+      while (batch.status === "in_progress" && !stopping.signal.aborted) {
         if (now() > batch.expires_at) return void (await enter(batch, "expired"));
+        const { value: line, done: read } = await pending.next().catch(gone(batch));
+        if (read) return;
         const result = await outcome(line, batch.owner);
         const ok = result.response !== null && result.response.status_code < 400;
         await append(ok ? output : failed, result);
         batch.request_counts[ok ? "completed" : "failed"]++;
-        await save(batch);
+        if (Date.now() - saved >= SAVE_EVERY_MS) {
+          saved = Date.now();
+          await save(batch);
+        }
       }
     };
-    if (batch.status === "in_progress") await Promise.all(Array.from({ length: LINES_AT_ONCE }, next));
-    if (stopping.signal.aborted) return; // resumed at the next start
-    if (batch.status === "in_progress") await enter(batch, "finalizing");
-    await finalize(batch);
+    try {
+      await Promise.all(Array.from({ length: LINES_AT_ONCE }, next));
+    } finally {
+      await pending.return(undefined);
+    }
   }
 
   async function outcome(line: InputLine, owner: string): Promise<ResultLine> {
@@ -108,40 +168,59 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
   }
 
   /** The results become the batch's output and error files; then its last status. */
-  async function finalize(batch: Batch): Promise<void> {
+  async function finalize(batch: Batch, status?: BatchStatus): Promise<void> {
     const adopt = async (kind: "output.jsonl" | "errors.jsonl", name: string) => {
       const meta = { filename: `${batch.id}_${name}.jsonl`, purpose: "batch_output" as const, owner: batch.owner };
       const id = `file-${batch.id}-${name}`;
       if (await files.get(id)) return id; // adopted before a restart
-      return (await doneIn(path(batch.id, kind))).size > 0 ? (await files.adopt(path(batch.id, kind), meta, id)).id : null;
+      const bytes = (await stat(path(batch.id, kind)).catch(() => undefined))?.size ?? 0;
+      return bytes > 0 ? (await files.adopt(path(batch.id, kind), meta, id)).id : null;
     };
     batch.output_file_id = await adopt("output.jsonl", "output");
     batch.error_file_id = await adopt("errors.jsonl", "errors");
-    await enter(batch, batch.status === "cancelling" ? "cancelled" : batch.status === "expired" ? "expired" : "completed");
+    await enter(batch, status ?? (batch.status === "cancelling" ? "cancelled" : batch.status === "expired" ? "expired" : "completed"));
+  }
+
+  /** A batch that cannot go on ends `failed`, with why and the results it has, instead of hanging. */
+  async function fail(batch: Batch, error: Error): Promise<void> {
+    console.error(`batch ${batch.id}: ${error.message}`);
+    if (stopping.signal.aborted && !(error instanceof InputGone)) return; // resumed at the next start
+    batch.errors = { object: "list", data: [{ code: error instanceof InputGone ? "input_file_missing" : "batch_failed", message: error.message, line: null }] };
+    await finalize(batch, "failed").catch((cause: Error) => console.error(`batch ${batch.id}: cannot record its failure (${cause.message})`));
   }
 
   function start(batch: Batch): void {
-    if (FINISHED.includes(batch.status) || running.has(batch.id)) return;
-    const job = work(batch)
-      .catch((error: Error) => console.error(`batch ${batch.id}: ${error.message}`))
-      .finally(() => running.delete(batch.id));
-    running.set(batch.id, job);
+    if (!FINISHED.includes(batch.status)) turns.add(batch);
   }
 
-  /** The batches kept, read once at start (those not finished resumed); every lookup waits for it. */
+  /** The batches kept, read once at start (those not ended wait their turn, oldest first); every lookup waits for it. */
   const loaded = (async () => {
     await mkdir(dir, { recursive: true });
+    const kept: Batch[] = [];
     for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
-      const batch = JSON.parse(await readFile(join(dir, name), "utf8")) as Batch;
-      batches.set(batch.id, batch);
-      start(batch);
+      kept.push(JSON.parse(await readFile(join(dir, name), "utf8")) as Batch);
     }
+    kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
+    for (const batch of kept) batches.set(batch.id, batch);
+    lastCreatedMs = Math.max(0, ...kept.map(createdMs));
+    for (const batch of kept) start(batch);
   })();
   loaded.catch((error: Error) => console.error(`batches: cannot resume (${error.message})`));
 
+  /** Refuses a batch past `owner`'s bound of batches not yet ended. */
+  function admit(owner: string): void {
+    const open = [...batches.values()].filter((b) => b.owner === owner && !FINISHED.includes(b.status)).length;
+    if (limits.perKey > 0 && open >= limits.perKey) {
+      throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`);
+    }
+  }
+
   return {
     async create(owner: string, fields: { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null }): Promise<Batch> {
-      const created = now();
+      await loaded;
+      // Strictly after the one before, so that two batches created in the same ms keep their order.
+      lastCreatedMs = Math.max(Date.now(), lastCreatedMs + 1);
+      const created = Math.floor(lastCreatedMs / 1000);
       const batch: Batch = {
         id: `batch_${randomBytes(12).toString("hex")}`,
         object: "batch",
@@ -161,10 +240,17 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
         cancelled_at: null,
         request_counts: { total: 0, completed: 0, failed: 0 },
         owner,
+        created_ms: lastCreatedMs,
       };
-      await loaded;
-      await save(batch);
+      // Counted and taken in one step: two requests at once cannot both take the last place.
+      admit(owner);
       batches.set(batch.id, batch);
+      try {
+        await save(batch);
+      } catch (error) {
+        batches.delete(batch.id);
+        throw error;
+      }
       start(batch);
       return batch;
     },
@@ -174,7 +260,9 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
     async cancel(batch: Batch): Promise<Batch> {
       if (batch.status !== "validating" && batch.status !== "in_progress") return batch;
       await enter(batch, "cancelling");
-      if (!running.has(batch.id)) start(batch);
+      // One waiting its turn ends now: it only has its results to hand over. One running sees
+      // the status change and stops starting lines.
+      turns.now(batch);
       return batch;
     },
     /** No line starts after this; resolves once the lines running have ended, or after `graceMs`. */
@@ -182,7 +270,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine) {
       stopping.abort();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
-      await Promise.race([Promise.allSettled(running.values()), grace]);
+      await Promise.race([turns.close(), grace]);
       clearTimeout(timer);
       cut.abort();
     },

@@ -28,6 +28,8 @@ export interface FileStore {
   get(id: string): Promise<FileRecord | undefined>;
   list(): Promise<FileRecord[]>;
   content(id: string): Promise<Uint8Array<ArrayBuffer>>;
+  /** Where the file's bytes live, for reading them from disk a piece at a time. */
+  dataPath(id: string): string;
   remove(id: string): Promise<void>;
 }
 
@@ -69,6 +71,7 @@ export function createFileStore(dir: string): FileStore {
       return files.filter((f): f is FileRecord => f !== undefined).sort((a, b) => b.created_at - a.created_at);
     },
     content: async (id) => new Uint8Array(await readFile(data(id))),
+    dataPath: data,
     async remove(id) {
       await unlink(record(id));
       await unlink(data(id)).catch(() => {});

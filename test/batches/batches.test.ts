@@ -1,4 +1,4 @@
-import { writeFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import OpenAI, { toFile } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -6,10 +6,15 @@ import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
 
 // OpenAI's Files and Batch API through the official client (openai): upload, create, poll,
-// download, cancel, and a restart in the middle of a batch, against the server as users run it
-// with real runners. Lines run as their owner's requests (counted in its usage), in the batch lane.
+// download, cancel, a restart and a crash in the middle of a batch, a key's bound on batches,
+// against the server as users run it with real runners. Lines run as their owner's requests
+// (counted in its usage), in the batch lane. (The engine's ordering and disk cases: engine.test.ts.)
 
 const KEYS = { batcher: "sk-batcher-61f0d2", other: "sk-other-0a77c9" };
+/** A batch runs this many lines at once (src/batches/batches.ts). */
+const LINES_AT_ONCE = 2;
+const PER_KEY = 3;
+let settings: Record<string, string>;
 
 let stack: Stack;
 const client = (key = KEYS.batcher) => new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: key, maxRetries: 0 });
@@ -17,7 +22,8 @@ const client = (key = KEYS.batcher) => new OpenAI({ baseURL: `${stack.url}/v1`, 
 beforeAll(async () => {
   stack = await startStack({ models: ["ai/tiny"], embedders: ["ai/embed"] });
   await writeFile(join(stack.dir, "keys"), `${KEYS.batcher} name=batcher\n${KEYS.other} name=other\n`);
-  await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys"), INFERENCE_SLOTS: "2" });
+  settings = { API_KEYS_FILE: join(stack.dir, "keys"), INFERENCE_SLOTS: "2", BATCHES_PER_KEY: String(PER_KEY) };
+  await stack.restart(settings);
 }, 180_000);
 afterAll(async () => {
   await stack?.stop();
@@ -32,16 +38,16 @@ const chatLine = (id: string, tokens = 8, model = "ai/tiny"): Line => ({
 });
 const jsonl = (lines: object[]) => lines.map((l) => JSON.stringify(l)).join("\n") + "\n";
 
-async function submit(lines: Line[], endpoint: "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" = "/v1/chat/completions") {
-  const file = await client().files.create({ file: await toFile(Buffer.from(jsonl(lines)), "batch.jsonl"), purpose: "batch" });
+async function submit(lines: Line[], endpoint: "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" = "/v1/chat/completions", key = KEYS.batcher) {
+  const file = await client(key).files.create({ file: await toFile(Buffer.from(jsonl(lines)), "batch.jsonl"), purpose: "batch" });
   expect(file).toMatchObject({ object: "file", purpose: "batch", filename: "batch.jsonl" });
-  return client().batches.create({ input_file_id: file.id, endpoint, completion_window: "24h" });
+  return client(key).batches.create({ input_file_id: file.id, endpoint, completion_window: "24h" });
 }
 
 /** Polls the batch (every 100 ms, bounded) until `done` holds. */
-async function poll(id: string, done: (b: OpenAI.Batch) => boolean, what: string): Promise<OpenAI.Batch> {
+async function poll(id: string, done: (b: OpenAI.Batch) => boolean, what: string, key = KEYS.batcher): Promise<OpenAI.Batch> {
   for (let i = 0; i < 1200; i++) {
-    const batch = await client().batches.retrieve(id).catch((error: Error) => (error.message.includes("ECONNREFUSED") ? undefined : Promise.reject(error)));
+    const batch = await client(key).batches.retrieve(id).catch((error: Error) => (error.message.includes("ECONNREFUSED") ? undefined : Promise.reject(error)));
     if (batch && done(batch)) return batch;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
@@ -100,6 +106,7 @@ describe("batches through the openai client", () => {
   });
 
   it("cancel: the lines running finish, no other starts, and the batch ends cancelled with what it has", async () => {
+    const before = await usageOf("ai/tiny:latest");
     const lines = Array.from({ length: 40 }, (_, i) => chatLine(`c${i}`, 64));
     const created = await submit(lines);
     await poll(created.id, (b) => (b.request_counts?.completed ?? 0) >= 1, "first line");
@@ -107,9 +114,17 @@ describe("batches through the openai client", () => {
     expect(["cancelling", "cancelled"]).toContain(cancelling.status);
     const batch = await poll(created.id, finished, "end");
     expect(batch.status).toBe("cancelled");
+    // Past the lines ended when the cancel came, only those then running (at most two) end.
+    const atCancel = cancelling.request_counts!.completed;
     const done = batch.request_counts!.completed;
-    expect(done).toBeLessThan(40);
+    expect(done).toBeGreaterThanOrEqual(atCancel);
+    expect(done).toBeLessThanOrEqual(atCancel + LINES_AT_ONCE);
+    expect(batch.request_counts!.failed).toBe(0);
     expect((await results(batch.output_file_id)).length).toBe(done);
+    // Each line started ran to its end, and no line started without its result written: as many
+    // requests as results, none cut short (an error), each its 64 tokens.
+    const after = await usageOf("ai/tiny:latest");
+    expect([after.requests - before.requests, after.errors - before.errors, after.completion_tokens - before.completion_tokens]).toEqual([done, 0, done * 64]);
   });
 
   it("a restart in the middle: the batch resumes where it stopped, no line run twice", async () => {
@@ -118,7 +133,7 @@ describe("batches through the openai client", () => {
     const created = await submit(lines);
     const midway = await poll(created.id, (b) => (b.request_counts?.completed ?? 0) >= 2, "two lines");
     expect(midway.request_counts!.completed).toBeLessThan(16);
-    await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys"), INFERENCE_SLOTS: "2" });
+    await stack.restart(settings);
     const batch = await poll(created.id, finished, "end");
     expect(batch.status).toBe("completed");
     expect(batch.request_counts).toEqual({ total: 16, completed: 16, failed: 0 });
@@ -127,6 +142,27 @@ describe("batches through the openai client", () => {
     // Each line ran once: 16 requests, none cut short (an error), 64 tokens each.
     const after = await usageOf("ai/tiny:latest");
     expect([after.requests - before.requests, after.errors - before.errors, after.completion_tokens - before.completion_tokens]).toEqual([16, 0, 16 * 64]);
+  });
+
+  it("a server killed in the middle (SIGKILL): the next start runs only the lines without a result, each result once", async () => {
+    const lines = Array.from({ length: 16 }, (_, i) => chatLine(`k${i}`, 64));
+    const created = await submit(lines);
+    await poll(created.id, (b) => (b.request_counts?.completed ?? 0) >= 3, "three lines");
+    stack.server.child.kill("SIGKILL");
+    await stack.server.exited;
+    // The results on disk when it died (a last line cut short is not one): each keeps its request id.
+    const onDisk = (await readFile(join(stack.dir, "batches", "batches", `${created.id}.output.jsonl`), "utf8")).split("\n").slice(0, -1).map((l) => JSON.parse(l) as Result & { id: string });
+    expect(onDisk.length).toBeGreaterThanOrEqual(3);
+    expect(onDisk.length).toBeLessThan(16);
+    await stack.restart(settings);
+    const batch = await poll(created.id, finished, "end");
+    expect(batch.status).toBe("completed");
+    expect(batch.request_counts).toEqual({ total: 16, completed: 16, failed: 0 });
+    const output = (await results(batch.output_file_id)) as (Result & { id: string })[];
+    expect(output.map((r) => r.custom_id).sort()).toEqual(lines.map((l) => l.custom_id).sort());
+    // The lines with a result were not run again: theirs is the same request, not a second one.
+    const byLine = new Map(output.map((r) => [r.custom_id, r.id]));
+    expect(onDisk.map((r) => byLine.get(r.custom_id))).toEqual(onDisk.map((r) => r.id));
   });
 
   it("under a running batch, an interactive request of the same key is served first: its first token within 2x of alone", async () => {
@@ -154,5 +190,28 @@ describe("batches through the openai client", () => {
     console.log(`batch under load: ${JSON.stringify(figures)}`);
     expect(during).toBeGreaterThan(0); // the batch ran meanwhile
     expect(figures.firstTokenRatio).toBeLessThan(2);
+  });
+
+  // Last: another key's lines make the runners share their slots between keys for 10 s after
+  // (docs/sharing.md#fair-queueing), which the timing just above must not run under.
+  it(`a key with ${PER_KEY} batches not yet ended gets 429 quota_exceeded for one more, in OpenAI's shape; another key does not`, async () => {
+    const long = (tag: string) => Array.from({ length: 200 }, (_, i) => chatLine(`${tag}${i}`, 64));
+    const open = [];
+    for (let i = 0; i < PER_KEY; i++) open.push(await submit(long(`q${i}-`), "/v1/chat/completions", KEYS.other));
+    const file = await client(KEYS.other).files.create({ file: await toFile(Buffer.from(jsonl(long("q"))), "batch.jsonl"), purpose: "batch" });
+    const refused = await ask({ url: stack.url }, "POST", "/v1/batches", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" }, { authorization: `Bearer ${KEYS.other}` });
+    expect(refused.status).toBe(429);
+    expect(refused.json()).toEqual({ error: { message: expect.stringContaining("BATCHES_PER_KEY"), type: "rate_limit_error", code: "quota_exceeded" } });
+    await expect(client(KEYS.other).batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" })).rejects.toMatchObject({ status: 429, code: "quota_exceeded" });
+    // Another key's bound is its own (its batch waits for a turn: cancelled, it ends at once).
+    const mine = await submit([chatLine("own")]);
+    await client().batches.cancel(mine.id);
+    expect((await poll(mine.id, finished, "end")).status).toBe("cancelled");
+    // One ended frees a place.
+    await client(KEYS.other).batches.cancel(open[0]!.id);
+    await poll(open[0]!.id, finished, "end", KEYS.other);
+    open.push(await client(KEYS.other).batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" }));
+    for (const b of open) await client(KEYS.other).batches.cancel(b.id).catch(() => undefined);
+    for (const b of open) expect(finished(await poll(b.id, finished, "end", KEYS.other))).toBe(true);
   });
 });
