@@ -7,12 +7,14 @@ import type { Lane } from "./types.ts";
 // Batch requests wait in a lane of their own, served only while no interactive request waits, and
 // never take a runner's last free place (but on an idle runner): it is kept for interactive ones.
 //
-// While more than one caller has used the runner lately (`shared`):
-// - a caller that holds a place already never takes the last free one: it is kept for the others,
+// While more than one caller has used the runner lately with interactive requests (`shared`):
+// - a caller that holds an interactive place already never takes the last free one: it is kept for the others,
 //   so that another caller's request starts at once instead of waiting for a slot to free (a
 //   flood then runs on one slot fewer, until the others have been quiet for SHARED_WINDOW_MS);
 // - nothing is handed to llama-server beyond its slots (the runner's `inFlightCap`): its own queue
 //   (INFERENCE_RUNNER_QUEUE) is first come, first served, and what it holds cannot be reordered.
+// Batch lines count for neither: they yield to every interactive request already, and a key whose
+// batch holds a place must not find its own interactive request held back behind it.
 // Sharing ends with no request to mark it: while an interactive request waits on a shared runner,
 // a timer is armed for that moment, and the runner grants again then (see `watchSharing`).
 
@@ -42,10 +44,11 @@ export class FairQueue<T> {
   /** Caller -> the grant number of its last grant (never served: absent, which goes first). */
   private readonly served = new Map<string, number>();
   private grants = 0;
-  /** Caller -> when it last asked. */
+  /** Caller -> when it last asked for an interactive place. */
   private readonly seen = new Map<string, number>();
-  /** Caller -> places it holds (granted, not yet released); all of them. */
+  /** Caller -> interactive places it holds (granted, not yet released). */
   private readonly held = new Map<string, number>();
+  /** Places held, both lanes. */
   private holding = 0;
   #length = 0;
 
@@ -68,9 +71,9 @@ export class FairQueue<T> {
     return this.#length;
   }
 
-  /** A caller asks (whether it waits or not): it counts as a user of the runner for a while. */
-  note(caller: string): void {
-    this.seen.set(caller, this.now());
+  /** A caller asks (whether it waits or not): with an interactive request it counts as a user of the runner for a while. */
+  note(caller: string, lane: Lane = "interactive"): void {
+    if (lane === "interactive") this.seen.set(caller, this.now());
   }
 
   /** Whether callers other than one used the runner within SHARED_WINDOW_MS. */
@@ -130,21 +133,22 @@ export class FairQueue<T> {
     return free > 1 || (free === 1 && ((this.held.get(caller) ?? 0) === 0 || !this.shared()));
   }
 
-  private hold(caller: string): void {
-    this.held.set(caller, (this.held.get(caller) ?? 0) + 1);
+  private hold({ caller, lane }: Turn): void {
     this.holding++;
+    if (lane === "interactive") this.held.set(caller, (this.held.get(caller) ?? 0) + 1);
   }
 
   /** A request that comes, granted at once (its place held) if it is next and may take one of `free` places. */
   takesNow({ caller, lane }: Turn, free: number): boolean {
     if (!this.wouldBeNext(lane) || !this.mayTake(caller, free, lane)) return false;
-    this.hold(caller);
+    this.hold({ caller, lane });
     return true;
   }
 
-  /** A place of `caller` was given back. */
-  release(caller: string): void {
+  /** A place of `caller` in `lane` was given back. */
+  release(caller: string, lane: Lane = "interactive"): void {
     this.holding--;
+    if (lane === "batch") return;
     const left = (this.held.get(caller) ?? 1) - 1;
     if (left > 0) this.held.set(caller, left);
     else this.held.delete(caller);
@@ -167,7 +171,7 @@ export class FairQueue<T> {
       this.watchSharing();
       return undefined;
     }
-    this.hold(pick);
+    this.hold({ caller: pick, lane });
     const line = lines.get(pick)!;
     const item = line.shift()!;
     if (line.length === 0) lines.delete(pick);

@@ -139,7 +139,7 @@ export class Runner {
   acquire(signal?: AbortSignal, turn: Turn = { caller: "", lane: "interactive" }): Promise<Lease> {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
-    this.waiters.note(turn.caller);
+    this.waiters.note(turn.caller, turn.lane);
     if (turn.lane === "interactive") this.#lastInteractive = Date.now();
     if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn));
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
@@ -267,7 +267,7 @@ export class Runner {
     this.cancelKeepAlive();
     return createLease(this.process!, this.death.signal, this.watchdog, () => {
       this.#inUse--;
-      this.waiters.release(caller);
+      this.waiters.release(caller, lane);
       this.#lastUsed = Date.now();
       if (lane === "interactive") this.#lastInteractive = this.#lastUsed;
       this.grantWaiters();

@@ -12,7 +12,7 @@ function served(before: string[], grants = 0, after: string[] = []): string[] {
   const out: string[] = [];
   const grant = () => {
     const item = queue.shift(1);
-    if (item !== undefined) queue.release(turn(item).caller);
+    if (item !== undefined) queue.release(turn(item).caller, turn(item).lane);
     return item;
   };
   for (const item of before) queue.push(item, turn(item));
@@ -112,6 +112,23 @@ describe("the fair queue", () => {
       expect(queue.shift(2)).toBe("flood:2");
     });
 
+    it("a key whose batch line holds a place takes the last one for its interactive request (it waited behind its own batch)", () => {
+      const queue = new FairQueue<string>({ clock: { now: () => 0, after: () => () => {} } });
+      // Two keys' batch lines on the runner: neither makes it shared, neither holds an interactive place.
+      queue.note("a", "batch");
+      queue.note("b", "batch");
+      expect(queue.takesNow({ caller: "a", lane: "batch" }, 3)).toBe(true);
+      expect(queue.takesNow({ caller: "b", lane: "batch" }, 2)).toBe(true);
+      expect(queue.shared()).toBe(false);
+      queue.note("a");
+      expect(queue.takesNow({ caller: "a", lane: "interactive" }, 1)).toBe(true);
+      // Its interactive place counts: with another key now asking, a's second one keeps the last for it.
+      queue.release("b", "batch");
+      queue.note("b");
+      expect(queue.takesNow({ caller: "a", lane: "interactive" }, 1)).toBe(false);
+      expect(queue.takesNow({ caller: "b", lane: "interactive" }, 1)).toBe(true);
+    });
+
     it("alone on a runner, a caller takes every place", () => {
       const queue = new FairQueue<string>({ clock: { now: () => 0, after: () => () => {} } });
       queue.note("flood");
@@ -170,7 +187,7 @@ function timeline(steps: [number, string][], places = 2, end = 60_000) {
       else leave.set(item, queue.push(item, turn(item))), grant();
     } else if (step.startsWith("-")) {
       inUse--;
-      queue.release(turn(item).caller);
+      queue.release(turn(item).caller, turn(item).lane);
       grant();
     } else leave.get(item)!();
   }
