@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createModelStore } from "../../src/models/index.ts";
 import { createLeases } from "../../src/models/store/leases.ts";
+import { missingBytes, splitBlob, writeProgress } from "../../src/models/store/parts.ts";
 import { acquireLock, sight, tryLock } from "../../src/models/store/lock-file.ts";
 import { staleReason, thisProcess, type Judge, type Owner, type Sighting } from "../../src/models/store/owner.ts";
 import { sha256 } from "../support/registry.ts";
@@ -273,6 +274,46 @@ describe("a holder stopped past the takeover, then woken", () => {
     // Nothing else is left: no partial file, no copy aside, no lock or mark of the takeover.
     expect(await readdir(layout.blobsDir)).toEqual([digest.slice("sha256:".length)]);
   }, 60_000);
+
+  it("leaves a parted download to the taker in a fresh file, every recorded part kept", async () => {
+    const root = await folder();
+    const layout = createModelStore(root).layout;
+    const blob = new Uint8Array(randomBytes(4 * MiB));
+    const digest = sha256(blob);
+    const settings = { streams: 4, minBytes: 256 << 10 };
+    // What a holder judged gone left: its file, two parts written (one whole, one half), their
+    // record, and its lock, untouched for a minute by a process on another machine.
+    const parts = splitBlob(blob.byteLength, settings)!;
+    parts[0]!.done = parts[0]!.end - parts[0]!.start;
+    parts[2]!.done = (parts[2]!.end - parts[2]!.start) / 2;
+    const partial = new Uint8Array(blob.byteLength);
+    for (const p of parts) partial.set(blob.subarray(p.start, p.start + p.done), p.start);
+    await mkdir(layout.blobsDir, { recursive: true });
+    await writeFile(layout.incompleteBlob(digest), partial);
+    await writeProgress(layout.blobProgress(digest), blob.byteLength, parts);
+    const left = (await stat(layout.incompleteBlob(digest))).ino;
+    await writeFile(layout.blobLock(digest), JSON.stringify({ pid: 1, table: "", hostname: "another-machine", token: "far" }));
+    const old = new Date(Date.now() - 60_000);
+    await utimes(layout.blobLock(digest), old, old);
+
+    const asked: number[] = [];
+    await createModelStore(root).downloadBlob({
+      digest,
+      size: blob.byteLength,
+      parts: settings,
+      signal: new AbortController().signal,
+      source: async (range) => {
+        const end = range.end ?? blob.byteLength;
+        asked.push(end - range.start);
+        return { body: new Blob([blob.slice(range.start, end)]).stream(), start: range.start, ranged: true };
+      },
+    });
+    expect(sha256(await readFile(layout.blob(digest)))).toBe(digest);
+    // Only what the record lacked was asked for, and the blob is not the file the gone holder had open.
+    expect(asked.reduce((a, b) => a + b, 0)).toBe(missingBytes(parts));
+    expect((await stat(layout.blob(digest))).ino).not.toBe(left);
+    expect(await readdir(layout.blobsDir)).toEqual([digest.slice("sha256:".length)]);
+  });
 
   it("refuses its late change of the index, which keeps the change made meanwhile", async () => {
     const root = await folder();
