@@ -1,6 +1,7 @@
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { FILEPATH_ANNOTATION } from "../../src/models/artifact.ts";
 import { packageModel, PackageError, type PackageFiles } from "../../src/models/package/archive.ts";
@@ -52,6 +53,31 @@ function tarOf(entries: [string, Uint8Array][]): Uint8Array {
 }
 
 const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+
+/** A ustar header of another type than a file ("1" hard link, "2" symbolic link, "x" PAX records, "L" GNU long name), naming `linkname`. */
+function typedHeader(name: string, size: number, type: string, linkname = ""): Uint8Array {
+  const header = tarHeader(name, size);
+  header[156] = type.charCodeAt(0);
+  header.set(new TextEncoder().encode(linkname), 157);
+  header.fill(32, 148, 156);
+  const sum = header.reduce((a, b) => a + b, 0);
+  header.set(new TextEncoder().encode(`${sum.toString(8).padStart(6, "0")}\0 `), 148);
+  return header;
+}
+
+/** A PAX extended header entry carrying `records` (`<length> <key>=<value>\n` each) for the next entry. */
+function paxEntry(records: Record<string, string>): Uint8Array {
+  const lines = Object.entries(records).map(([key, value]) => {
+    const body = ` ${key}=${value}\n`;
+    let length = body.length + 1;
+    while (String(length).length + body.length !== length) length++;
+    return `${length}${body}`;
+  });
+  const data = new TextEncoder().encode(lines.join(""));
+  return Buffer.concat([typedHeader("PaxHeaders/x", data.byteLength, "x"), data, tarPadding(data.byteLength)]);
+}
+
+const fileEntry = (name: string, bytes: Uint8Array) => Buffer.concat([tarHeader(name, bytes.byteLength), bytes, tarPadding(bytes.byteLength)]);
 
 /** An archive of `layer` (as weights) and a config, with a manifest naming them. */
 function artifactArchive(layer: Uint8Array, options: { configMediaType?: string; claimed?: Uint8Array; extraLayer?: string } = {}) {
@@ -148,6 +174,45 @@ describe("POST /models/load", () => {
     expect((await api.store.unused(0)).files).toBeGreaterThan(0);
     await call(api.handler, "DELETE", "/models/purge?unused=true&older-than=0");
     expect(await api.store.unused(0)).toEqual({ files: 0, bytes: 0, incompleteBytes: 0 });
+  });
+
+  it("refuses, with a 400, entries that would land outside the folder it is unpacked in: nothing written outside, no model, and the next load works", async () => {
+    api = await modelApi();
+    // Where a tar program unpacking in the store's blobs folder would write each escaping entry.
+    const outside = join(dirname(dir), `llamadock-escaped-${randomBytes(4).toString("hex")}`);
+    const climb = `blobs/sha256/${"../".repeat(dir.split("/").length + 4)}${outside.slice(1)}`;
+    const payload = new TextEncoder().encode("not for outside");
+    const weightsEntry = fileEntry(`blobs/sha256/${sha256(weights).slice(7)}`, weights);
+    const innocent = `blobs/sha256/${sha256(payload).slice(7)}`;
+    const cases: [string, Uint8Array, RegExp][] = [
+      ["a name that climbs out", fileEntry(`../${outside.split("/").at(-1)}`, payload), /the entry "\.\.\/llamadock-escaped-\w+" climbs out of the archive \(\.\.\)/],
+      ["a blob name that climbs out", fileEntry(climb, payload), /climbs out of the archive/],
+      ["an absolute name", fileEntry(outside, payload), /the entry "\/.*llamadock-escaped-\w+" has an absolute path/],
+      ["a symbolic link out", Buffer.concat([typedHeader(innocent, 0, "2", outside)]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\): a model archive holds files only/],
+      ["a hard link out", Buffer.concat([typedHeader(innocent, 0, "1", "../../../etc/passwd")]), /is a hard link \(to "\.\.\/\.\.\/\.\.\/etc\/passwd"\)/],
+      ["a link named by a PAX linkpath", Buffer.concat([paxEntry({ linkpath: outside }), typedHeader(innocent, 0, "2")]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\)/],
+      ["a PAX path that climbs out", Buffer.concat([paxEntry({ path: `../../${outside.split("/").at(-1)}` }), fileEntry(innocent, payload)]), /the entry "\.\.\/\.\.\/llamadock-escaped-\w+" climbs out/],
+      ["a PAX path that is absolute", Buffer.concat([paxEntry({ path: outside }), fileEntry(innocent, payload)]), /has an absolute path/],
+      ["a GNU long name that climbs out", Buffer.concat([typedHeader("././@LongLink", climb.length, "L"), new TextEncoder().encode(climb), tarPadding(climb.length), fileEntry(innocent, payload)]), /climbs out of the archive/],
+    ];
+    for (const [what, entry, message] of cases) {
+      // A blob the archive brings before the entry, and the manifest after it: refused as a whole.
+      const pkg = await packaged({ weights: ["tiny.gguf"] });
+      const manifest = fileEntry("manifest.json", pkg.artifact.manifest);
+      const answer = await load(Buffer.concat([weightsEntry, entry, manifest, tarEnd()]), "me/escape");
+      expect(answer.status, what).toBe(400);
+      expect(answer.json, what).toEqual({ error: { type: "invalid_request_error", code: "unsafe_archive", message: expect.stringMatching(message) } });
+      expect(answer.json.error.message, what).toMatch(/^the model archive is refused: /);
+    }
+    await expect(stat(outside)).rejects.toMatchObject({ code: "ENOENT" });
+    expect((await call(api.handler, "GET", "/models")).json).toEqual([]);
+    // No partial file: only whole blobs (what came before the refusal, unused, for purge to take).
+    expect((await readdir(api.store.layout.blobsDir)).filter((n) => !/^[0-9a-f]{64}$/.test(n))).toEqual([]);
+    expect(await readdir(api.store.layout.blobsDir)).not.toContain(sha256(payload).slice(7));
+    // The server goes on: a sound archive loads.
+    const pkg = await packaged({ weights: ["tiny.gguf"] });
+    expect((await load(pkg.archive(), "me/after")).status).toBe(200);
+    expect((await call(api.handler, "GET", "/models/me/after")).json.id).toBe(pkg.artifact.id);
   });
 
   it("packaging refuses a file that is not GGUF, or not there, before sending anything", async () => {
