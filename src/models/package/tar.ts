@@ -102,10 +102,13 @@ function paxRecords(bytes: Uint8Array): Pending {
   return out;
 }
 
+/** A name as a message shows it: quoted, and cut short (a PAX record may hold a mebibyte). */
+const shown = (name: string) => JSON.stringify(name.length > 200 ? `${name.slice(0, 200)}…` : name);
+
 /** Why an entry named `name` would land outside the folder the archive is unpacked in; undefined when it stays inside. */
 export function outside(name: string): string | undefined {
-  if (name.startsWith("/")) return `the entry ${JSON.stringify(name)} has an absolute path`;
-  if (name.split("/").includes("..")) return `the entry ${JSON.stringify(name)} climbs out of the archive (..)`;
+  if (name.startsWith("/")) return `the entry ${shown(name)} has an absolute path`;
+  if (name.split("/").includes("..")) return `the entry ${shown(name)} climbs out of the archive (..)`;
   return undefined;
 }
 
@@ -145,7 +148,7 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
       if (unsafe) throw unsafeArchive(unsafe);
       if (LINKS[type]) {
         const target = pending.linkpath ?? text(header.subarray(157, 257));
-        throw unsafeArchive(`the entry ${JSON.stringify(name)} is ${LINKS[type]} (to ${JSON.stringify(target)}): a model archive holds files only`);
+        throw unsafeArchive(`the entry ${shown(name)} is ${LINKS[type]} (to ${shown(target)}): a model archive holds files only`);
       }
       pending = {};
       let left = size;
