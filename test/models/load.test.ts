@@ -7,6 +7,7 @@ import { FILEPATH_ANNOTATION } from "../../src/models/artifact.ts";
 import { packageModel, PackageError, type PackageFiles } from "../../src/models/package/archive.ts";
 import { tarEnd, tarHeader, tarPadding } from "../../src/models/package/tar.ts";
 import { MODEL_MEDIA, sha256 } from "../support/registry.ts";
+import { smallFilesystem } from "../support/small-filesystem.ts";
 import { tinyLlamaGguf, tinyLlamaShards } from "../support/tiny-gguf.ts";
 import { call, modelApi, type ModelApi } from "./helpers.ts";
 
@@ -213,6 +214,26 @@ describe("POST /models/load", () => {
     const pkg = await packaged({ weights: ["tiny.gguf"] });
     expect((await load(pkg.archive(), "me/after")).status).toBe(200);
     expect((await call(api.handler, "GET", "/models/me/after")).json.id).toBe(pkg.artifact.id);
+  });
+
+  it("answers 507 when the store's disk fills during the load (a 1 MiB tmpfs), records nothing, and loads once there is room", async (context) => {
+    const small = await smallFilesystem(1 << 20, (why) => context.skip(why));
+    try {
+      api = await modelApi({ root: join(small.path, "models") });
+      await writeFile(join(dir, "big.gguf"), tinyLlamaGguf({ embedding: 256, feedForward: 512, layers: 2, seed: 6 }));
+      const big = await packaged({ weights: ["big.gguf"] });
+      const answer = await load(big.archive(), "me/big");
+      expect(answer.status).toBe(507);
+      expect(answer.json).toEqual({ error: { type: "server_error", code: "insufficient_storage", message: `the model store's disk is full (loading ${big.layers[0]!.digest})` } });
+      expect((await call(api.handler, "GET", "/models")).json).toEqual([]);
+      // What the failed load wrote is unused: purge frees the room, and a model that fits loads.
+      await call(api.handler, "DELETE", "/models/purge?unused=true&older-than=0");
+      const tiny = await packaged({ weights: ["tiny.gguf"] });
+      expect((await load(tiny.archive(), "me/tiny")).status).toBe(200);
+    } finally {
+      await api?.dispose();
+      await small.close();
+    }
   });
 
   it("packaging refuses a file that is not GGUF, or not there, before sending anything", async () => {
