@@ -11,7 +11,7 @@ import { createModelStore } from "../../src/models/index.ts";
 import { createLeases } from "../../src/models/store/leases.ts";
 import { missingBytes, splitBlob, writeProgress } from "../../src/models/store/parts.ts";
 import { acquireLock, sight, tryLock } from "../../src/models/store/lock-file.ts";
-import { staleReason, thisProcess, type Judge, type Owner, type Sighting } from "../../src/models/store/owner.ts";
+import { holderExited, staleReason, thisProcess, type Judge, type Owner, type Sighting } from "../../src/models/store/owner.ts";
 import { sha256 } from "../support/registry.ts";
 import { commandLine, projectRoot, runtimeBinary, type RuntimeName } from "../support/server-process.ts";
 import { until } from "../support/until.ts";
@@ -50,6 +50,20 @@ describe("staleReason", () => {
     const reason = staleReason(sighting, how);
     if (expected) expect(reason).toMatch(expected);
     else expect(reason).toBeUndefined();
+  });
+});
+
+describe("holderExited", () => {
+  // Only a holder surely dead needs no mark when its lock is broken: it can write nothing more.
+  it.each<[string, Sighting, Judge, boolean]>([
+    ["its pid has exited in our process table", seen(), judge({ alive: gone }), true],
+    ["its pid runs", seen(), judge(), false],
+    ["the OS will not say", seen(), judge({ alive: () => undefined }), false],
+    ["its pid has exited on a host of the same name, its table unknown", seen({ owner: held({ table: "" }), mtimeMs: NOW - 60_000 }), judge({ alive: gone }), false],
+    ["it is silent on another machine", seen({ owner: held({ table: "", hostname: "other" }), mtimeMs: NOW - 60_000 }), judge({ alive: gone }), false],
+    ["its lock is empty", seen({ owner: undefined, mtimeMs: NOW - 60_000 }), judge({ alive: gone }), false],
+  ])("%s", (_, sighting, how, expected) => {
+    expect(holderExited(sighting, how)).toBe(expected);
   });
 });
 

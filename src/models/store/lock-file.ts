@@ -109,7 +109,11 @@ export async function tryLock(path: string, heartbeat: Heartbeat = LOCK_HEARTBEA
     throw error;
   }
   await file.close();
-  return held(path, owner, heartbeat, await brokenMarks(path));
+  const marks = await brokenMarks(path).catch(async (error: unknown) => {
+    await removeIfPresent(path);
+    throw error;
+  });
+  return held(path, owner, heartbeat, marks);
 }
 
 function held(path: string, owner: Owner, heartbeat: Heartbeat, marks: string[]): HeldLock {
