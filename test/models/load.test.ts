@@ -1,12 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { FILEPATH_ANNOTATION } from "../../src/models/artifact.ts";
 import { packageModel, PackageError, type PackageFiles } from "../../src/models/package/archive.ts";
 import { tarEnd, tarHeader, tarPadding } from "../../src/models/package/tar.ts";
 import { MODEL_MEDIA, sha256 } from "../support/registry.ts";
+import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
 import { smallFilesystem } from "../support/small-filesystem.ts";
 import { tinyLlamaGguf, tinyLlamaShards } from "../support/tiny-gguf.ts";
 import { call, modelApi, type ModelApi } from "./helpers.ts";
@@ -47,6 +48,12 @@ async function load(body: ReadableStream<Uint8Array> | Uint8Array, tag?: string)
 
 const packaged = (files: PackageFiles) => packageModel({ ...files, weights: files.weights.map((w) => join(dir, w)) });
 
+/** A sound model's archive with `entry` between its weights and its manifest: refused as a whole, once a blob is in. */
+async function escaping(entry: Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
+  const pkg = await packaged({ weights: ["tiny.gguf"] });
+  return Buffer.concat([fileEntry(`blobs/sha256/${sha256(weights).slice(7)}`, weights), entry, fileEntry("manifest.json", pkg.artifact.manifest), tarEnd()]);
+}
+
 /** An archive of these entries, as a tar writer lays them out. */
 function tarOf(entries: [string, Uint8Array][]): Uint8Array {
   const parts = entries.flatMap(([name, bytes]) => [tarHeader(name, bytes.byteLength), bytes, tarPadding(bytes.byteLength)]);
@@ -79,6 +86,26 @@ function paxEntry(records: Record<string, string>): Uint8Array {
 }
 
 const fileEntry = (name: string, bytes: Uint8Array) => Buffer.concat([tarHeader(name, bytes.byteLength), bytes, tarPadding(bytes.byteLength)]);
+
+/** Entries that a tar program would unpack outside its folder (at `outside`, or elsewhere), each with the refusal it must get. */
+function escapes() {
+  const outside = join(tmpdir(), `llamadock-escaped-${randomBytes(4).toString("hex")}`);
+  const climb = `blobs/sha256/${"../".repeat(tmpdir().split("/").length + 8)}${outside.slice(1)}`;
+  const payload = new TextEncoder().encode("not for outside");
+  const innocent = `blobs/sha256/${sha256(payload).slice(7)}`;
+  const cases: [string, Uint8Array, RegExp][] = [
+    ["a name that climbs out", fileEntry(`../${outside.split("/").at(-1)}`, payload), /the entry "\.\.\/llamadock-escaped-\w+" climbs out of the archive \(\.\.\)/],
+    ["a blob name that climbs out", fileEntry(climb, payload), /climbs out of the archive/],
+    ["an absolute name", fileEntry(outside, payload), /the entry "\/.*llamadock-escaped-\w+" has an absolute path/],
+    ["a symbolic link out", typedHeader(innocent, 0, "2", outside), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\): a model archive holds files only/],
+    ["a hard link out", typedHeader(innocent, 0, "1", "../../../etc/passwd"), /is a hard link \(to "\.\.\/\.\.\/\.\.\/etc\/passwd"\)/],
+    ["a link named by a PAX linkpath", Buffer.concat([paxEntry({ linkpath: outside }), typedHeader(innocent, 0, "2")]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\)/],
+    ["a PAX path that climbs out", Buffer.concat([paxEntry({ path: `../../${outside.split("/").at(-1)}` }), fileEntry(innocent, payload)]), /the entry "\.\.\/\.\.\/llamadock-escaped-\w+" climbs out/],
+    ["a PAX path that is absolute", Buffer.concat([paxEntry({ path: outside }), fileEntry(innocent, payload)]), /has an absolute path/],
+    ["a GNU long name that climbs out", Buffer.concat([typedHeader("././@LongLink", climb.length, "L"), new TextEncoder().encode(climb), tarPadding(climb.length), fileEntry(innocent, payload)]), /climbs out of the archive/],
+  ];
+  return { outside, payload, cases };
+}
 
 /** An archive of `layer` (as weights) and a config, with a manifest naming them. */
 function artifactArchive(layer: Uint8Array, options: { configMediaType?: string; claimed?: Uint8Array; extraLayer?: string } = {}) {
@@ -179,28 +206,9 @@ describe("POST /models/load", () => {
 
   it("refuses, with a 400, entries that would land outside the folder it is unpacked in: nothing written outside, no model, and the next load works", async () => {
     api = await modelApi();
-    // Where a tar program unpacking in the store's blobs folder would write each escaping entry.
-    const outside = join(dirname(dir), `llamadock-escaped-${randomBytes(4).toString("hex")}`);
-    const climb = `blobs/sha256/${"../".repeat(dir.split("/").length + 4)}${outside.slice(1)}`;
-    const payload = new TextEncoder().encode("not for outside");
-    const weightsEntry = fileEntry(`blobs/sha256/${sha256(weights).slice(7)}`, weights);
-    const innocent = `blobs/sha256/${sha256(payload).slice(7)}`;
-    const cases: [string, Uint8Array, RegExp][] = [
-      ["a name that climbs out", fileEntry(`../${outside.split("/").at(-1)}`, payload), /the entry "\.\.\/llamadock-escaped-\w+" climbs out of the archive \(\.\.\)/],
-      ["a blob name that climbs out", fileEntry(climb, payload), /climbs out of the archive/],
-      ["an absolute name", fileEntry(outside, payload), /the entry "\/.*llamadock-escaped-\w+" has an absolute path/],
-      ["a symbolic link out", Buffer.concat([typedHeader(innocent, 0, "2", outside)]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\): a model archive holds files only/],
-      ["a hard link out", Buffer.concat([typedHeader(innocent, 0, "1", "../../../etc/passwd")]), /is a hard link \(to "\.\.\/\.\.\/\.\.\/etc\/passwd"\)/],
-      ["a link named by a PAX linkpath", Buffer.concat([paxEntry({ linkpath: outside }), typedHeader(innocent, 0, "2")]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\)/],
-      ["a PAX path that climbs out", Buffer.concat([paxEntry({ path: `../../${outside.split("/").at(-1)}` }), fileEntry(innocent, payload)]), /the entry "\.\.\/\.\.\/llamadock-escaped-\w+" climbs out/],
-      ["a PAX path that is absolute", Buffer.concat([paxEntry({ path: outside }), fileEntry(innocent, payload)]), /has an absolute path/],
-      ["a GNU long name that climbs out", Buffer.concat([typedHeader("././@LongLink", climb.length, "L"), new TextEncoder().encode(climb), tarPadding(climb.length), fileEntry(innocent, payload)]), /climbs out of the archive/],
-    ];
+    const { outside, payload, cases } = escapes();
     for (const [what, entry, message] of cases) {
-      // A blob the archive brings before the entry, and the manifest after it: refused as a whole.
-      const pkg = await packaged({ weights: ["tiny.gguf"] });
-      const manifest = fileEntry("manifest.json", pkg.artifact.manifest);
-      const answer = await load(Buffer.concat([weightsEntry, entry, manifest, tarEnd()]), "me/escape");
+      const answer = await load(await escaping(entry), "me/escape");
       expect(answer.status, what).toBe(400);
       expect(answer.json, what).toEqual({ error: { type: "invalid_request_error", code: "unsafe_archive", message: expect.stringMatching(message) } });
       expect(answer.json.error.message, what).toMatch(/^the model archive is refused: /);
@@ -242,4 +250,38 @@ describe("POST /models/load", () => {
     await expect(packaged({ weights: ["missing.gguf"] })).rejects.toThrow(/is not a file/);
     await expect(packaged({ weights: ["tiny.gguf"], mmproj: join(dir, "not.gguf") })).rejects.toThrow(/not\.gguf is not a GGUF file/);
   });
+});
+
+describe("POST /models/load on a running server", () => {
+  let server: ServerProcess | undefined;
+  let models: string | undefined;
+  afterEach(async () => {
+    await server?.stop(5_000);
+    server = undefined;
+    if (models) await rm(models, { recursive: true, force: true });
+  });
+
+  it.each<RuntimeName>(["node", "bun", "deno"])("answers each escaping archive over HTTP with a 400 unsafe_archive, and goes on serving (%s)", async (runtime) => {
+    models = await mkdtemp(join(tmpdir(), "llamadock-load-server-"));
+    server = await startServer({
+      runtime,
+      ...(runtime === "deno" ? { runtimeArgs: denoPermissions([`--allow-read=${models},.`, `--allow-write=${models}`]) } : {}),
+      env: { SERVICES: "runner", RUNNER_PORT: "0", RUNNER_SOCKET: "none", MODELS_PATH: join(models, "store") },
+      ready: [/model runner service listening on http:\/\/[\d.]+:\d+/],
+    });
+    const url = /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
+    const post = (body: Uint8Array<ArrayBuffer>) => fetch(`${url}/models/load?tag=me/escape`, { method: "POST", headers: { "content-type": "application/x-tar" }, body });
+    const { outside, cases } = escapes();
+    for (const [what, entry, message] of cases) {
+      const response = await post(await escaping(entry));
+      expect(response.status, what).toBe(400);
+      expect(await response.json(), what).toEqual({ error: { type: "invalid_request_error", code: "unsafe_archive", message: expect.stringMatching(message) } });
+    }
+    await expect(stat(outside)).rejects.toMatchObject({ code: "ENOENT" });
+    expect(await (await fetch(`${url}/models`)).json()).toEqual([]);
+    const pkg = await packaged({ weights: ["tiny.gguf"] });
+    const loaded = await fetch(`${url}/models/load?tag=me/after`, { method: "POST", body: pkg.archive(), duplex: "half" } as RequestInit);
+    expect(loaded.status).toBe(200);
+    expect(((await (await fetch(`${url}/models`)).json()) as { tags: string[] }[]).map((m) => m.tags)).toEqual([["me/after:latest"]]);
+  }, 60_000);
 });
