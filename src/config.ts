@@ -91,6 +91,9 @@ const Settings = z.object({
   ALLOW_REMOTE_MEDIA: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Model management: the store, the registry of names without one, Hugging Face.
   MODELS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "models")),
+  // How long a process sharing the store may leave one of its locks untouched before another
+  // judges it gone and takes the lock over (it touches them every fifteenth of this).
+  STORE_LOCK_STALE_MS: z.coerce.number().int().min(1_000).default(30_000),
   DEFAULT_REGISTRY: z.string().regex(/^[\w.-]+(:\d+)?$/, "must be a host[:port]").default("docker.io"),
   // Registries reached over plain HTTP besides loopback and `.local` hosts: `host[:port],...`.
   REGISTRY_INSECURE: hostList.default([]),
@@ -205,6 +208,7 @@ function toConfig(s: z.infer<typeof Settings>) {
     },
     models: {
       path: s.MODELS_PATH,
+      lockStaleMs: s.STORE_LOCK_STALE_MS,
       defaultRegistry: s.DEFAULT_REGISTRY.toLowerCase(),
       insecureRegistries: s.REGISTRY_INSECURE,
       registryCredentials: s.REGISTRY_CREDENTIALS,

@@ -40,7 +40,7 @@ const OLLAMA_API_VERSION = "0.12.0";
 
 
 export function modelRunner(config: Config, runtime: Runtime): Service {
-  const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry });
+  const store = createModelStore(config.models.path, { defaultRegistry: config.models.defaultRegistry }, { lockStaleMs: config.models.lockStaleMs });
   const pinned = createPinned({
     references: config.pod.pinnedModels,
     allowUnpinned: config.pod.allowUnpinned,

@@ -12,6 +12,7 @@ describe("model management settings", () => {
       pullMaxConcurrent: 2,
       pullStallTimeoutMs: 30_000,
       pullParts: { streams: 8, minBytes: 16 << 20 },
+      lockStaleMs: 30_000,
     });
     expect(models.path).toMatch(/models$/);
     expect(models.hfToken).toBeUndefined();
@@ -30,11 +31,13 @@ describe("model management settings", () => {
         PULL_STALL_TIMEOUT_MS: "300",
         PULL_PARTS: "1",
         PULL_PART_MIN_BYTES: "1048576",
+        STORE_LOCK_STALE_MS: "5000",
       },
       [],
     );
     expect(models).toEqual({
       path: "/srv/models",
+      lockStaleMs: 5_000,
       defaultRegistry: "localhost:5000",
       insecureRegistries: ["reg.lan:5000", "other.lan"],
       registryCredentials: { "reg.lan:5000": { username: "me", password: "pa:ss" }, "docker.io": { username: "u", password: "p" } },
@@ -54,6 +57,7 @@ describe("model management settings", () => {
     { PULL_STALL_TIMEOUT_MS: "soon" },
     { PULL_PARTS: "0" },
     { PULL_PART_MIN_BYTES: "1k" },
+    { STORE_LOCK_STALE_MS: "999" },
   ])("rejects %j", (env) => {
     expect(() => loadConfig(env, [])).toThrow(ConfigError);
   });

@@ -1,4 +1,5 @@
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -6,6 +7,8 @@ import { FILEPATH_ANNOTATION } from "../../src/models/artifact.ts";
 import { packageModel, PackageError, type PackageFiles } from "../../src/models/package/archive.ts";
 import { tarEnd, tarHeader, tarPadding } from "../../src/models/package/tar.ts";
 import { MODEL_MEDIA, sha256 } from "../support/registry.ts";
+import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
+import { smallFilesystem } from "../support/small-filesystem.ts";
 import { tinyLlamaGguf, tinyLlamaShards } from "../support/tiny-gguf.ts";
 import { call, modelApi, type ModelApi } from "./helpers.ts";
 
@@ -45,6 +48,12 @@ async function load(body: ReadableStream<Uint8Array> | Uint8Array, tag?: string)
 
 const packaged = (files: PackageFiles) => packageModel({ ...files, weights: files.weights.map((w) => join(dir, w)) });
 
+/** A sound model's archive with `entry` between its weights and its manifest: refused as a whole, once a blob is in. */
+async function escaping(entry: Uint8Array): Promise<Uint8Array<ArrayBuffer>> {
+  const pkg = await packaged({ weights: ["tiny.gguf"] });
+  return Buffer.concat([fileEntry(`blobs/sha256/${sha256(weights).slice(7)}`, weights), entry, fileEntry("manifest.json", pkg.artifact.manifest), tarEnd()]);
+}
+
 /** An archive of these entries, as a tar writer lays them out. */
 function tarOf(entries: [string, Uint8Array][]): Uint8Array {
   const parts = entries.flatMap(([name, bytes]) => [tarHeader(name, bytes.byteLength), bytes, tarPadding(bytes.byteLength)]);
@@ -52,6 +61,51 @@ function tarOf(entries: [string, Uint8Array][]): Uint8Array {
 }
 
 const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
+
+/** A ustar header of another type than a file ("1" hard link, "2" symbolic link, "x" PAX records, "L" GNU long name), naming `linkname`. */
+function typedHeader(name: string, size: number, type: string, linkname = ""): Uint8Array {
+  const header = tarHeader(name, size);
+  header[156] = type.charCodeAt(0);
+  header.set(new TextEncoder().encode(linkname), 157);
+  header.fill(32, 148, 156);
+  const sum = header.reduce((a, b) => a + b, 0);
+  header.set(new TextEncoder().encode(`${sum.toString(8).padStart(6, "0")}\0 `), 148);
+  return header;
+}
+
+/** A PAX extended header entry carrying `records` (`<length> <key>=<value>\n` each) for the next entry. */
+function paxEntry(records: Record<string, string>): Uint8Array {
+  const lines = Object.entries(records).map(([key, value]) => {
+    const body = ` ${key}=${value}\n`;
+    let length = body.length + 1;
+    while (String(length).length + body.length !== length) length++;
+    return `${length}${body}`;
+  });
+  const data = new TextEncoder().encode(lines.join(""));
+  return Buffer.concat([typedHeader("PaxHeaders/x", data.byteLength, "x"), data, tarPadding(data.byteLength)]);
+}
+
+const fileEntry = (name: string, bytes: Uint8Array) => Buffer.concat([tarHeader(name, bytes.byteLength), bytes, tarPadding(bytes.byteLength)]);
+
+/** Entries that a tar program would unpack outside its folder (at `outside`, or elsewhere), each with the refusal it must get. */
+function escapes() {
+  const outside = join(tmpdir(), `llamadock-escaped-${randomBytes(4).toString("hex")}`);
+  const climb = `blobs/sha256/${"../".repeat(tmpdir().split("/").length + 8)}${outside.slice(1)}`;
+  const payload = new TextEncoder().encode("not for outside");
+  const innocent = `blobs/sha256/${sha256(payload).slice(7)}`;
+  const cases: [string, Uint8Array, RegExp][] = [
+    ["a name that climbs out", fileEntry(`../${outside.split("/").at(-1)}`, payload), /the entry "\.\.\/llamadock-escaped-\w+" climbs out of the archive \(\.\.\)/],
+    ["a blob name that climbs out", fileEntry(climb, payload), /climbs out of the archive/],
+    ["an absolute name", fileEntry(outside, payload), /the entry "\/.*llamadock-escaped-\w+" has an absolute path/],
+    ["a symbolic link out", typedHeader(innocent, 0, "2", outside), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\): a model archive holds files only/],
+    ["a hard link out", typedHeader(innocent, 0, "1", "../../../etc/passwd"), /is a hard link \(to "\.\.\/\.\.\/\.\.\/etc\/passwd"\)/],
+    ["a link named by a PAX linkpath", Buffer.concat([paxEntry({ linkpath: outside }), typedHeader(innocent, 0, "2")]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\)/],
+    ["a PAX path that climbs out", Buffer.concat([paxEntry({ path: `../../${outside.split("/").at(-1)}` }), fileEntry(innocent, payload)]), /the entry "\.\.\/\.\.\/llamadock-escaped-\w+" climbs out/],
+    ["a PAX path that is absolute", Buffer.concat([paxEntry({ path: outside }), fileEntry(innocent, payload)]), /has an absolute path/],
+    ["a GNU long name that climbs out", Buffer.concat([typedHeader("././@LongLink", climb.length, "L"), new TextEncoder().encode(climb), tarPadding(climb.length), fileEntry(innocent, payload)]), /climbs out of the archive/],
+  ];
+  return { outside, payload, cases };
+}
 
 /** An archive of `layer` (as weights) and a config, with a manifest naming them. */
 function artifactArchive(layer: Uint8Array, options: { configMediaType?: string; claimed?: Uint8Array; extraLayer?: string } = {}) {
@@ -150,10 +204,84 @@ describe("POST /models/load", () => {
     expect(await api.store.unused(0)).toEqual({ files: 0, bytes: 0, incompleteBytes: 0 });
   });
 
+  it("refuses, with a 400, entries that would land outside the folder it is unpacked in: nothing written outside, no model, and the next load works", async () => {
+    api = await modelApi();
+    const { outside, payload, cases } = escapes();
+    for (const [what, entry, message] of cases) {
+      const answer = await load(await escaping(entry), "me/escape");
+      expect(answer.status, what).toBe(400);
+      expect(answer.json, what).toEqual({ error: { type: "invalid_request_error", code: "unsafe_archive", message: expect.stringMatching(message) } });
+      expect(answer.json.error.message, what).toMatch(/^the model archive is refused: /);
+    }
+    await expect(stat(outside)).rejects.toMatchObject({ code: "ENOENT" });
+    expect((await call(api.handler, "GET", "/models")).json).toEqual([]);
+    // No partial file: only whole blobs (what came before the refusal, unused, for purge to take).
+    expect((await readdir(api.store.layout.blobsDir)).filter((n) => !/^[0-9a-f]{64}$/.test(n))).toEqual([]);
+    expect(await readdir(api.store.layout.blobsDir)).not.toContain(sha256(payload).slice(7));
+    // The server goes on: a sound archive loads.
+    const pkg = await packaged({ weights: ["tiny.gguf"] });
+    expect((await load(pkg.archive(), "me/after")).status).toBe(200);
+    expect((await call(api.handler, "GET", "/models/me/after")).json.id).toBe(pkg.artifact.id);
+  });
+
+  it("answers 507 when the store's disk fills during the load (a 1 MiB tmpfs), records nothing, and loads once there is room", async (context) => {
+    const small = await smallFilesystem(1 << 20, (why) => context.skip(why));
+    try {
+      api = await modelApi({ root: join(small.path, "models") });
+      await writeFile(join(dir, "big.gguf"), tinyLlamaGguf({ embedding: 256, feedForward: 512, layers: 2, seed: 6 }));
+      const big = await packaged({ weights: ["big.gguf"] });
+      const answer = await load(big.archive(), "me/big");
+      expect(answer.status).toBe(507);
+      expect(answer.json).toEqual({ error: { type: "server_error", code: "insufficient_storage", message: `the model store's disk is full (loading ${big.layers[0]!.digest})` } });
+      expect((await call(api.handler, "GET", "/models")).json).toEqual([]);
+      // What the failed load wrote is unused: purge frees the room, and a model that fits loads.
+      await call(api.handler, "DELETE", "/models/purge?unused=true&older-than=0");
+      const tiny = await packaged({ weights: ["tiny.gguf"] });
+      expect((await load(tiny.archive(), "me/tiny")).status).toBe(200);
+    } finally {
+      await api?.dispose();
+      await small.close();
+    }
+  });
+
   it("packaging refuses a file that is not GGUF, or not there, before sending anything", async () => {
     await expect(packaged({ weights: ["not.gguf"] })).rejects.toThrow(PackageError);
     await expect(packaged({ weights: ["not.gguf"] })).rejects.toThrow(/is not a GGUF file/);
     await expect(packaged({ weights: ["missing.gguf"] })).rejects.toThrow(/is not a file/);
     await expect(packaged({ weights: ["tiny.gguf"], mmproj: join(dir, "not.gguf") })).rejects.toThrow(/not\.gguf is not a GGUF file/);
   });
+});
+
+describe("POST /models/load on a running server", () => {
+  let server: ServerProcess | undefined;
+  let models: string | undefined;
+  afterEach(async () => {
+    await server?.stop(5_000);
+    server = undefined;
+    if (models) await rm(models, { recursive: true, force: true });
+  });
+
+  it.each<RuntimeName>(["node", "bun", "deno"])("answers each escaping archive over HTTP with a 400 unsafe_archive, and goes on serving (%s)", async (runtime) => {
+    models = await mkdtemp(join(tmpdir(), "llamadock-load-server-"));
+    server = await startServer({
+      runtime,
+      ...(runtime === "deno" ? { runtimeArgs: denoPermissions([`--allow-read=${models},.`, `--allow-write=${models}`]) } : {}),
+      env: { SERVICES: "runner", RUNNER_PORT: "0", RUNNER_SOCKET: "none", MODELS_PATH: join(models, "store") },
+      ready: [/model runner service listening on http:\/\/[\d.]+:\d+/],
+    });
+    const url = /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
+    const post = (body: Uint8Array<ArrayBuffer>) => fetch(`${url}/models/load?tag=me/escape`, { method: "POST", headers: { "content-type": "application/x-tar" }, body });
+    const { outside, cases } = escapes();
+    for (const [what, entry, message] of cases) {
+      const response = await post(await escaping(entry));
+      expect(response.status, what).toBe(400);
+      expect(await response.json(), what).toEqual({ error: { type: "invalid_request_error", code: "unsafe_archive", message: expect.stringMatching(message) } });
+    }
+    await expect(stat(outside)).rejects.toMatchObject({ code: "ENOENT" });
+    expect(await (await fetch(`${url}/models`)).json()).toEqual([]);
+    const pkg = await packaged({ weights: ["tiny.gguf"] });
+    const loaded = await fetch(`${url}/models/load?tag=me/after`, { method: "POST", body: pkg.archive(), duplex: "half" } as RequestInit);
+    expect(loaded.status).toBe(200);
+    expect(((await (await fetch(`${url}/models`)).json()) as { tags: string[] }[]).map((m) => m.tags)).toEqual([["me/after:latest"]]);
+  }, 60_000);
 });

@@ -1,13 +1,12 @@
-import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readdir, rm, stat, writeFile, mkdir } from "node:fs/promises";
+import { readdir, stat, writeFile, mkdir } from "node:fs/promises";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { modelArtifact, startHostileRegistry, type HostileRegistry, type Misbehaviour } from "../support/hostile-registry.ts";
 import { sha256 } from "../support/registry.ts";
+import { smallFilesystem } from "../support/small-filesystem.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { until } from "../support/until.ts";
 import { call, modelApi, pull, type ModelApi } from "./helpers.ts";
@@ -318,20 +317,19 @@ describe("free space in the store", () => {
   });
 
   it("answers 507 on a real filesystem too small for the model (a 1 MiB tmpfs)", async (context) => {
-    const mountPoint = await mkdtemp(join(tmpdir(), "llamadock-tmpfs-"));
-    const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint], { encoding: "utf8" });
+    const small = await smallFilesystem(MiB, (why) => context.skip(why));
     try {
-      if (mounted.status !== 0) context.skip(`mount -t tmpfs was refused here: ${(mounted.stderr || mounted.error?.message || "").trim()}`);
       const registry = await hostile({});
       registry.add(modelArtifact("ai/big", "latest", randomBytes(2 * MiB)));
-      api = await modelApi({ root: join(mountPoint, "models") });
+      api = await modelApi({ root: join(small.path, "models") });
       const answer = await pull(api.handler, { from: `${registry.host}/ai/big` });
       expect(answer.status).toBe(507);
       expect(answer.json.error.code).toBe("insufficient_storage");
       expect(answer.json.error.message).toMatch(/it needs 2\.00MiB more, the model store has [\d.]+(KiB|MiB) free$/);
     } finally {
-      if (mounted.status === 0) spawnSync("umount", [mountPoint]);
-      await rm(mountPoint, { recursive: true, force: true });
+      await api?.dispose();
+      api = undefined;
+      await small.close();
     }
   });
 });

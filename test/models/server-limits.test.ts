@@ -1,4 +1,3 @@
-import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -7,7 +6,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createModelStore } from "../../src/models/index.ts";
 import { modelArtifact, startHostileRegistry, type HostileRegistry, type Misbehaviour } from "../support/hostile-registry.ts";
 import { sha256 } from "../support/registry.ts";
-import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
+import { denoPermissions, projectRoot, startServer, type RuntimeName, type ServerProcess } from "../support/server-process.ts";
+import { smallFilesystem } from "../support/small-filesystem.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
 import { until } from "../support/until.ts";
 
@@ -43,11 +43,12 @@ async function tempDir(): Promise<string> {
   return dir;
 }
 
-/** Runs the model runner with its store under `models`; Deno may read the free space (statfs). */
-async function startRunner(runtime: RuntimeName, models: string, env: Record<string, string> = {}) {
+/** Runs the model runner with its store under `models`; Deno may read the free space (statfs). `prefix`: where it runs (a namespace). */
+async function startRunner(runtime: RuntimeName, models: string, env: Record<string, string> = {}, prefix?: string[]) {
   const dir = join(models, "..");
   server = await startServer({
     runtime,
+    ...(prefix ? { prefix } : {}),
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions([`--allow-read=${dir},.`, `--allow-write=${dir}`, "--allow-sys=homedir,statfs"]) } : {}),
     env: { SERVICES: "runner", RUNNER_PORT: "0", RUNNER_SOCKET: "none", MODELS_PATH: models, ...env },
     ready: [/model runner service listening on http:\/\/[\d.]+:\d+/],
@@ -93,13 +94,12 @@ describe("pull limits in the running server", () => {
   }, 30_000);
 
   it.for(RUNTIMES)("answers 507 when the store's filesystem cannot hold the model (a 1 MiB tmpfs) (%s)", { timeout: 30_000 }, async (runtime, context) => {
-    const dir = await tempDir();
-    const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", dir], { encoding: "utf8" });
-    if (mounted.status !== 0) context.skip(`mount -t tmpfs was refused here: ${(mounted.stderr || mounted.error?.message || "").trim()}`);
-    cleanups.push(() => spawnSync("umount", [dir]));
+    const small = await smallFilesystem(MiB, (why) => context.skip(why));
+    cleanups.push(() => small.close());
     const { host } = await hostile({});
     registry!.add(modelArtifact("ai/big", "latest", randomBytes(2 * MiB)));
-    const url = await startRunner(runtime, join(dir, "models"));
+    // The server runs in the filesystem's namespace, where the store is a plain path.
+    const url = await startRunner(runtime, join(small.inside, "models"), {}, small.enter(projectRoot));
     const response = await create(url, `${host}/ai/big`);
     expect(response.status).toBe(507);
     expect((await response.json()).error).toMatchObject({ type: "server_error", code: "insufficient_storage", message: expect.stringContaining("it needs 2.00MiB more") });

@@ -1,15 +1,24 @@
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { once } from "node:events";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { createServer, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { createModelStore } from "../../src/models/index.ts";
 import { createLeases } from "../../src/models/store/leases.ts";
+import { missingBytes, splitBlob, writeProgress } from "../../src/models/store/parts.ts";
 import { acquireLock, sight, tryLock } from "../../src/models/store/lock-file.ts";
-import { staleReason, thisProcess, type Judge, type Owner, type Sighting } from "../../src/models/store/owner.ts";
+import { holderExited, staleReason, thisProcess, type Judge, type Owner, type Sighting } from "../../src/models/store/owner.ts";
+import { sha256 } from "../support/registry.ts";
+import { commandLine, projectRoot, runtimeBinary, type RuntimeName } from "../support/server-process.ts";
 import { until } from "../support/until.ts";
 
 // The cross-process lock and lease files of the store: when a holder is judged gone (a pure rule,
-// table-tested), and the files themselves on a real folder, with a real process that has exited.
+// table-tested), the files themselves on a real folder, with a real process that has exited, and
+// a real holder process stopped (SIGSTOP) past the takeover and woken (SIGCONT) afterwards.
 
 const NOW = 1_700_000_000_000;
 const HERE = { table: "boot-a/pid:[1]", hostname: "box" };
@@ -41,6 +50,20 @@ describe("staleReason", () => {
     const reason = staleReason(sighting, how);
     if (expected) expect(reason).toMatch(expected);
     else expect(reason).toBeUndefined();
+  });
+});
+
+describe("holderExited", () => {
+  // Only a holder surely dead needs no mark when its lock is broken: it can write nothing more.
+  it.each<[string, Sighting, Judge, boolean]>([
+    ["its pid has exited in our process table", seen(), judge({ alive: gone }), true],
+    ["its pid runs", seen(), judge(), false],
+    ["the OS will not say", seen(), judge({ alive: () => undefined }), false],
+    ["its pid has exited on a host of the same name, its table unknown", seen({ owner: held({ table: "" }), mtimeMs: NOW - 60_000 }), judge({ alive: gone }), false],
+    ["it is silent on another machine", seen({ owner: held({ table: "", hostname: "other" }), mtimeMs: NOW - 60_000 }), judge({ alive: gone }), false],
+    ["its lock is empty", seen({ owner: undefined, mtimeMs: NOW - 60_000 }), judge({ alive: gone }), false],
+  ])("%s", (_, sighting, how, expected) => {
+    expect(holderExited(sighting, how)).toBe(expected);
   });
 });
 
@@ -166,4 +189,164 @@ describe("leases", () => {
     expect(await readdir(leases)).toEqual(["2-far.json"]);
     expect(JSON.parse(await readFile(join(leases, "2-far.json"), "utf8")).digests).toEqual([B]);
   });
+});
+
+describe("a holder stopped past the takeover, then woken", () => {
+  const MiB = 1 << 20;
+  const STALE_MS = "1000";
+  const children: ChildProcessWithoutNullStreams[] = [];
+  const closers: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    for (const close of closers.splice(0)) await close();
+  });
+
+  /** A holder process (test/support/stalled-holder.ts) on `root`, its output gathered. */
+  function holder(runtime: RuntimeName, root: string, args: string[]) {
+    const runtimeArgs = runtime === "deno" ? ["--allow-all"] : [];
+    const child = spawn(runtimeBinary(runtime), commandLine({ runtime, entry: "test/support/stalled-holder.ts", args: [root, STALE_MS, ...args], runtimeArgs }), { cwd: projectRoot });
+    children.push(child);
+    let output = "";
+    child.stdout.on("data", (chunk: Buffer) => (output += chunk));
+    child.stderr.on("data", (chunk: Buffer) => (output += chunk));
+    const exited = once(child, "close").then(([code]) => code as number | null);
+    return { child, output: () => output, exited };
+  }
+
+  /** Stops the process and waits until the kernel says it is stopped ("T" in /proc). */
+  async function stop(child: ChildProcessWithoutNullStreams): Promise<void> {
+    child.kill("SIGSTOP");
+    await until(async () => (await readFile(`/proc/${child.pid}/stat`, "utf8")).split(") ")[1]!.startsWith("T"), "the holder to stop");
+  }
+
+  it.each<RuntimeName>(["node", "bun", "deno"])("never lets its late writes into the blob, and it renames nothing (%s)", async (runtime) => {
+    const root = await folder();
+    const blob = new Uint8Array(randomBytes(8 * MiB)); // its slices are copies: each moves to the hashing thread
+    const digest = sha256(blob);
+    // The holder resumes an earlier pull's first mebibyte (it appends to the file); its source
+    // sends up to half the blob, then a mebibyte more only once the holder is stopped (it waits
+    // in the socket for the holder to wake), then nothing.
+    const layout = createModelStore(root).layout;
+    await mkdir(layout.blobsDir, { recursive: true });
+    await writeFile(layout.incompleteBlob(digest), blob.subarray(0, MiB));
+    let answer: ServerResponse | undefined;
+    const server = createServer((request, response) => {
+      expect(request.headers.range).toBe(`bytes=${MiB}-`);
+      response.writeHead(206, { "content-length": String(blob.byteLength - MiB), "content-range": `bytes ${MiB}-${blob.byteLength - 1}/${blob.byteLength}` });
+      response.write(blob.subarray(MiB, 4 * MiB));
+      answer = response;
+    });
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    closers.push(async () => {
+      server.closeAllConnections();
+      server.close();
+    });
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/blob`;
+    const old = holder(runtime, root, ["blob", url, digest, String(blob.byteLength)]);
+    const onDisk = () => stat(layout.incompleteBlob(digest)).then((s) => s.size, () => 0);
+    await until(async () => (await onDisk()) === 4 * MiB, "the holder to write half the blob");
+    await stop(old.child);
+    answer!.write(blob.subarray(4 * MiB, 5 * MiB));
+
+    // Another process on the store (this one) judges it gone after STALE_MS and takes the blob
+    // over, resuming from what it left; its source sends the rest in two halves.
+    const taker = createModelStore(root, {}, { lockStaleMs: Number(STALE_MS) });
+    closers.push(() => taker.close());
+    let sendRest = () => {};
+    const rest = new Promise<void>((resolve) => (sendRest = resolve));
+    const taken = taker.downloadBlob({
+      digest,
+      size: blob.byteLength,
+      signal: new AbortController().signal,
+      source: async (range) => {
+        expect(range.start).toBe(4 * MiB);
+        const body = new ReadableStream<Uint8Array>({
+          start: (controller) => controller.enqueue(blob.slice(range.start, 6 * MiB)),
+          pull: async (controller) => {
+            await rest;
+            controller.enqueue(blob.slice(6 * MiB));
+            controller.close();
+          },
+        });
+        return { body, start: range.start, ranged: true };
+      },
+    });
+    await until(async () => (await sight(layout.blobLock(digest)))?.owner?.pid === process.pid && (await onDisk()) >= 6 * MiB, "the taker to write its first half");
+
+    // The stopped holder wakes in the middle of the takeover, with a mebibyte to write.
+    old.child.kill("SIGCONT");
+    expect(await old.exited).toBe(1);
+    expect(old.output()).toMatch(/^error: another process took over .*\.lock, judging this one gone/m);
+    expect(old.output()).not.toMatch(/^done$/m);
+    sendRest();
+    await taken;
+
+    const stored = await readFile(layout.blob(digest));
+    expect(stored.byteLength).toBe(blob.byteLength);
+    expect(sha256(stored)).toBe(digest);
+    // Nothing else is left: no partial file, no copy aside, no lock or mark of the takeover.
+    expect(await readdir(layout.blobsDir)).toEqual([digest.slice("sha256:".length)]);
+  }, 60_000);
+
+  it("leaves a parted download to the taker in a fresh file, every recorded part kept", async () => {
+    const root = await folder();
+    const layout = createModelStore(root).layout;
+    const blob = new Uint8Array(randomBytes(4 * MiB));
+    const digest = sha256(blob);
+    const settings = { streams: 4, minBytes: 256 << 10 };
+    // What a holder judged gone left: its file, two parts written (one whole, one half), their
+    // record, and its lock, untouched for a minute by a process on another machine.
+    const parts = splitBlob(blob.byteLength, settings)!;
+    parts[0]!.done = parts[0]!.end - parts[0]!.start;
+    parts[2]!.done = (parts[2]!.end - parts[2]!.start) / 2;
+    const partial = new Uint8Array(blob.byteLength);
+    for (const p of parts) partial.set(blob.subarray(p.start, p.start + p.done), p.start);
+    await mkdir(layout.blobsDir, { recursive: true });
+    await writeFile(layout.incompleteBlob(digest), partial);
+    await writeProgress(layout.blobProgress(digest), blob.byteLength, parts);
+    const left = (await stat(layout.incompleteBlob(digest))).ino;
+    await writeFile(layout.blobLock(digest), JSON.stringify({ pid: 1, table: "", hostname: "another-machine", token: "far" }));
+    const old = new Date(Date.now() - 60_000);
+    await utimes(layout.blobLock(digest), old, old);
+
+    const asked: number[] = [];
+    await createModelStore(root).downloadBlob({
+      digest,
+      size: blob.byteLength,
+      parts: settings,
+      signal: new AbortController().signal,
+      source: async (range) => {
+        const end = range.end ?? blob.byteLength;
+        asked.push(end - range.start);
+        return { body: new Blob([blob.slice(range.start, end)]).stream(), start: range.start, ranged: true };
+      },
+    });
+    expect(sha256(await readFile(layout.blob(digest)))).toBe(digest);
+    // Only what the record lacked was asked for, and the blob is not the file the gone holder had open.
+    expect(asked.reduce((a, b) => a + b, 0)).toBe(missingBytes(parts));
+    expect((await stat(layout.blob(digest))).ino).not.toBe(left);
+    expect(await readdir(layout.blobsDir)).toEqual([digest.slice("sha256:".length)]);
+  });
+
+  it("refuses its late change of the index, which keeps the change made meanwhile", async () => {
+    const root = await folder();
+    const old = holder("node", root, ["index", "stale/model:latest"]);
+    await until(() => old.output().includes("changing\n"), "the holder to read the index under its lock");
+    await stop(old.child);
+
+    const taker = createModelStore(root, {}, { lockStaleMs: Number(STALE_MS) });
+    closers.push(() => taker.close());
+    const weights = new TextEncoder().encode("the taker's weights");
+    const gguf = await taker.putBlob(weights);
+    await taker.add({ manifest: new TextEncoder().encode("taker"), tag: "taker/model:latest", created: 1, config: {}, files: { gguf: [gguf] } });
+
+    old.child.kill("SIGCONT");
+    old.child.stdin.write("write now\n");
+    expect(await old.exited).toBe(1);
+    expect(old.output()).toMatch(/^error: another process took over .*models\.json\.lock, judging this one gone/m);
+    expect((await taker.list()).map((m) => m.tags)).toEqual([["taker/model:latest"]]);
+    // The refused change left no temporary file, and the takeover no mark.
+    expect((await readdir(root)).filter((n) => n !== "leases").sort()).toEqual(["blobs", "manifests", "models.json"]);
+  }, 60_000);
 });

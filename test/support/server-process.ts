@@ -24,6 +24,8 @@ export type ServerOptions = {
   ready?: RegExp[];
   /** How long to wait for readiness before failing. */
   startTimeoutMs?: number;
+  /** A command that runs the runtime's command line where it must run (e.g. `nsenter` into a namespace). */
+  prefix?: string[];
 };
 
 export type ServerProcess = {
@@ -73,7 +75,8 @@ function childEnv(extra: Record<string, string | undefined> = {}): NodeJS.Proces
 
 /** Starts the process; rejects (after killing it) if it exits or stays silent before it is ready. */
 export async function startServer(options: ServerOptions): Promise<ServerProcess> {
-  const child = spawn(runtimeBinary(options.runtime), commandLine(options), {
+  const [command, ...args] = [...(options.prefix ?? []), runtimeBinary(options.runtime), ...commandLine(options)];
+  const child = spawn(command!, args, {
     cwd: projectRoot,
     env: childEnv(options.env),
     stdio: ["ignore", "pipe", "pipe"],

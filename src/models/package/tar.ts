@@ -5,12 +5,20 @@ import { badRequest, HttpError } from "../../http/errors.ts";
 // 512-byte block, two zero blocks at the end. Sizes past ustar's 8 GiB come as a PAX `size` record
 // or in GNU's base-256 form, both read here; the writer uses base-256. The reader streams: an
 // entry's bytes are handed on as they arrive, never held whole.
+//
+// An entry's name is never used as a path here (the store names files by digest), yet an archive
+// whose entries would land outside the folder it is unpacked in, as a tar program unpacks it, is
+// refused as a whole, before anything of it is handed on: a name that is absolute or climbs out
+// (`..`), whether from the header, a PAX `path` record or a GNU long name, and any link (symbolic
+// or hard), which a model archive never holds and which could point anywhere.
 
 const BLOCK = 512;
 
 export type TarEntry = { name: string; size: number; type: string; body: ReadableStream<Uint8Array> };
 
 const badArchive = (why: string) => badRequest("invalid_archive", `the model archive is not a valid tar: ${why}`);
+
+const unsafeArchive = (why: string) => badRequest("unsafe_archive", `the model archive is refused: ${why}`);
 
 const slowArchive = (ms: number) => new HttpError(408, "timeout_error", "body_timeout", `the model archive stopped arriving for ${ms / 1000} s`);
 
@@ -80,16 +88,31 @@ function checksumOk(header: Uint8Array): boolean {
   return sum === numberField(header.subarray(148, 156));
 }
 
-/** PAX extended header records (`<length> <key>=<value>\n`): the path and size they override. */
-function paxRecords(bytes: Uint8Array): { path?: string; size?: number } {
-  const out: { path?: string; size?: number } = {};
+/** What metadata entries (PAX records, GNU long names) say of the next entry. */
+type Pending = { path?: string; linkpath?: string; size?: number };
+
+/** PAX extended header records (`<length> <key>=<value>\n`): the path, link target and size they override. */
+function paxRecords(bytes: Uint8Array): Pending {
+  const out: Pending = {};
   for (const line of new TextDecoder().decode(bytes).split("\n")) {
     const [, key, value] = /^\d+ ([^=]+)=(.*)$/.exec(line) ?? [];
-    if (key === "path") out.path = value;
+    if (key === "path" || key === "linkpath") out[key] = value;
     if (key === "size" && /^\d+$/.test(value ?? "")) out.size = Number(value);
   }
   return out;
 }
+
+/** A name as a message shows it: quoted, and cut short (a PAX record may hold a mebibyte). */
+const shown = (name: string) => JSON.stringify(name.length > 200 ? `${name.slice(0, 200)}…` : name);
+
+/** Why an entry named `name` would land outside the folder the archive is unpacked in; undefined when it stays inside. */
+export function outside(name: string): string | undefined {
+  if (name.startsWith("/")) return `the entry ${shown(name)} has an absolute path`;
+  if (name.split("/").includes("..")) return `the entry ${shown(name)} climbs out of the archive (..)`;
+  return undefined;
+}
+
+const LINKS: Record<string, string> = { "1": "a hard link", "2": "a symbolic link" };
 
 const padding = (size: number) => (BLOCK - (size % BLOCK)) % BLOCK;
 
@@ -100,7 +123,7 @@ const padding = (size: number) => (BLOCK - (size % BLOCK)) % BLOCK;
  */
 export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number): AsyncGenerator<TarEntry> {
   const source = byteSource(body, stallMs);
-  let pending: { path?: string; size?: number } = {};
+  let pending: Pending = {};
   try {
     for (;;) {
       // The end: two zero blocks, or (as some writers leave it) the end of the body between entries.
@@ -112,13 +135,20 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
       const size = pending.size ?? numberField(header.subarray(124, 136));
       const prefix = text(header.subarray(345, 500));
       const name = pending.path ?? (prefix ? `${prefix}/${text(header.subarray(0, 100))}` : text(header.subarray(0, 100)));
-      if (type === "x" || type === "g" || type === "L") {
+      if (type === "x" || type === "g" || type === "L" || type === "K") {
         if (size > 1 << 20) throw badArchive("an extended header is larger than 1 MiB");
         const data = (await source.exactly(size + padding(size)))?.subarray(0, size);
         if (!data) throw badArchive("it ends in an extended header");
         if (type === "x") pending = { ...pending, ...paxRecords(data) };
         if (type === "L") pending = { ...pending, path: text(data) };
+        if (type === "K") pending = { ...pending, linkpath: text(data) };
         continue;
+      }
+      const unsafe = outside(name);
+      if (unsafe) throw unsafeArchive(unsafe);
+      if (LINKS[type]) {
+        const target = pending.linkpath ?? text(header.subarray(157, 257));
+        throw unsafeArchive(`the entry ${shown(name)} is ${LINKS[type]} (to ${shown(target)}): a model archive holds files only`);
       }
       pending = {};
       let left = size;

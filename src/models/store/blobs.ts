@@ -1,20 +1,24 @@
 import { mkdir, open, rename, stat, truncate, type FileHandle } from "node:fs/promises";
 import { isMissing, removeIfPresent, writeFileAtomic } from "./files.ts";
 import { backgroundHash, type BackgroundHash } from "./background-hash.ts";
-import { acquireLock } from "./lock-file.ts";
+import { acquireLock, LOCK_HEARTBEAT, type HeldLock } from "./lock-file.ts";
 import type { Layout } from "./layout.ts";
 import { digestOf } from "./manifests.ts";
 import { missingBytes, readProgress, splitBlob, withPrefix, writeProgress, writtenPrefix, type Part, type PartSettings } from "./parts.ts";
 import { pipelinedWriter } from "./pipelined-writer.ts";
 import { downloadParts, RangeIgnored } from "./ranged-download.ts";
 import { CorruptBlobError, DigestMismatchError, type BlobSource } from "./source.ts";
+import { moveOutOfReach } from "./takeover.ts";
+import type { Heartbeat } from "./owner.ts";
 
 // Content-addressed blobs. A download goes to `<hex>.incomplete`, hashed on the way; only a file
 // whose sha256 (and size) match is renamed to `<hex>`. A large blob comes in ranged parts, several
 // at once, into a file of its full length, with each part's progress in `<hex>.parts` (see
 // parts.ts); a smaller one, or one from a server that ignores Range, in one stream appended to
 // the file. Either way an interrupted download keeps its bytes, and the next attempt asks the
-// source only for what is missing (HTTP Range requests).
+// source only for what is missing (HTTP Range requests). Every write and every change of a name
+// is made only once the blob's lock is seen to be still ours (`Held`): a holder that stalled long
+// enough to be judged gone stops, and renames nothing.
 
 export { CorruptBlobError, DigestMismatchError, rangeAnswer, type BlobSource, type ByteRange } from "./source.ts";
 
@@ -60,6 +64,9 @@ async function sizeOf(path: string): Promise<number> {
   }
 }
 
+/** The blob's lock, as the download asks it: still ours? (else a LockLostError) */
+type Held = Pick<HeldLock, "confirm">;
+
 /** Hashes the bytes already downloaded, read into buffers of our own, since each moves to the hashing thread. */
 async function hashExisting(path: string, hash: BackgroundHash, signal: AbortSignal): Promise<void> {
   const file = await open(path, "r");
@@ -76,11 +83,11 @@ async function hashExisting(path: string, hash: BackgroundHash, signal: AbortSig
   }
 }
 
-async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: BackgroundHash, written: number, download: BlobDownload) {
+async function copyBody(body: ReadableStream<Uint8Array>, file: FileHandle, hash: BackgroundHash, written: number, download: BlobDownload, lock: Held) {
   let bytes = written;
   const reader = body.getReader();
   // Each chunk is hashed once it is written: it then moves to the hashing thread, uncopied.
-  const writer = pipelinedWriter(file, (parts) => hash.update(parts));
+  const writer = pipelinedWriter(file, (parts) => hash.update(parts), undefined, () => lock.confirm());
   try {
     for (let next = await reader.read(); !next.done; next = await reader.read()) {
       // Counted before it is handed over: once written, the chunk moves to the hashing thread.
@@ -108,13 +115,20 @@ async function openAt(path: string, start: number): Promise<FileHandle> {
 }
 
 /** Removes what an interrupted download left. */
-async function discard(layout: Layout, digest: string): Promise<void> {
+async function discard(layout: Layout, digest: string, lock: Held): Promise<void> {
+  await lock.confirm();
   await removeIfPresent(layout.incompleteBlob(digest));
   await removeIfPresent(layout.blobProgress(digest));
 }
 
+/** Renames the verified partial file to the blob's name, once the lock is seen to be ours right before. */
+async function publish(layout: Layout, digest: string, lock: Held): Promise<void> {
+  await lock.confirm({ fresh: true });
+  await rename(layout.incompleteBlob(digest), layout.blob(digest));
+}
+
 /** One stream into `<hex>.incomplete`, appended after what it holds, verified, renamed. */
-async function downloadStream(layout: Layout, download: BlobDownload): Promise<void> {
+async function downloadStream(layout: Layout, download: BlobDownload, lock: Held): Promise<void> {
   const { digest, signal } = download;
   const partial = layout.incompleteBlob(digest);
   let offset = await sizeOf(partial);
@@ -122,13 +136,16 @@ async function downloadStream(layout: Layout, download: BlobDownload): Promise<v
   const { body, start } = await download.source({ start: offset }, signal);
   const hash = backgroundHash();
   let bytes: number;
+  let onDisk: number;
   let actual: string;
   try {
     if (start > 0) await hashExisting(partial, hash, signal);
     download.onProgress?.(start);
+    await lock.confirm();
     const file = await openAt(partial, start);
     try {
-      bytes = await copyBody(body, file, hash, start, download);
+      bytes = await copyBody(body, file, hash, start, download, lock);
+      onDisk = (await file.stat()).size;
     } finally {
       await file.close();
     }
@@ -136,84 +153,90 @@ async function downloadStream(layout: Layout, download: BlobDownload): Promise<v
   } catch (error) {
     await body.cancel().catch(() => {}); // a no-op once the copy has released it
     await hash.close();
-    if (error instanceof CorruptBlobError) await removeIfPresent(partial);
+    if (error instanceof CorruptBlobError) await discard(layout, digest, lock);
     throw error;
   }
-  if (actual !== digest || (download.size !== undefined && bytes !== download.size)) {
+  if (actual !== digest || onDisk !== bytes || (download.size !== undefined && bytes !== download.size)) {
     // Bytes that hash wrong cannot be resumed from: start over next time.
-    await removeIfPresent(partial);
+    await discard(layout, digest, lock);
+    // The file itself must hold what was hashed: as many bytes as were counted, no more.
+    if (onDisk !== bytes) throw new CorruptBlobError(`the partial file of blob ${digest} holds ${onDisk} bytes where ${bytes} were written: another writer reached it, refused`);
     throw new DigestMismatchError(digest, actual);
   }
-  signal.throwIfAborted(); // the lock lost: the process that took it over renames it
-  await rename(partial, layout.blob(digest));
+  signal.throwIfAborted();
+  await publish(layout, digest, lock);
 }
 
 /** The parts to fetch, resumed from a record or from a one-stream partial file; undefined: one stream. */
-async function partsToFetch(layout: Layout, download: BlobDownload): Promise<Part[] | undefined> {
+async function partsToFetch(layout: Layout, download: BlobDownload, lock: Held): Promise<Part[] | undefined> {
   const { digest, size } = download;
   const fresh = size !== undefined && download.parts ? splitBlob(size, download.parts) : undefined;
   if (!fresh || size === undefined) return undefined;
   const saved = await readProgress(layout.blobProgress(digest), size);
   if (saved) return saved;
   // A record that cannot be read leaves a file with holes in unknown places: start over.
-  if (await exists(layout.blobProgress(digest))) await discard(layout, digest);
+  if (await exists(layout.blobProgress(digest))) await discard(layout, digest, lock);
   const prefix = await sizeOf(layout.incompleteBlob(digest));
   return withPrefix(fresh, prefix <= size ? prefix : 0);
 }
 
 /** A file left by a parted download is cut to its written prefix, which one stream can resume. */
-async function toPrefix(layout: Layout, download: BlobDownload): Promise<void> {
+async function toPrefix(layout: Layout, download: BlobDownload, lock: Held): Promise<void> {
   const progress = layout.blobProgress(download.digest);
   if (!(await exists(progress))) return;
   const saved = download.size !== undefined ? await readProgress(progress, download.size) : undefined;
-  if (!saved) return discard(layout, download.digest);
+  if (!saved) return discard(layout, download.digest, lock);
+  await lock.confirm();
   await truncate(layout.incompleteBlob(download.digest), writtenPrefix(saved)).catch((error: unknown) => {
     if (!isMissing(error)) throw error;
   });
   await removeIfPresent(progress);
 }
 
-async function downloadRanged(layout: Layout, download: BlobDownload & { size: number; parts: PartSettings }, parts: Part[]): Promise<void> {
+async function downloadRanged(layout: Layout, download: BlobDownload & { size: number; parts: PartSettings }, parts: Part[], lock: Held): Promise<void> {
   const { digest, size } = download;
   const path = layout.incompleteBlob(digest);
   const progressPath = layout.blobProgress(digest);
+  await lock.confirm();
   // The record first, then the file's full length: a crash between leaves a record that is true of the shorter file.
   await writeProgress(progressPath, size, parts);
   await (await open(path, "a")).close();
   await truncate(path, size);
   let actual: string;
   try {
-    actual = await downloadParts({ path, progressPath, size, parts, source: download.source, streams: download.parts.streams, signal: download.signal, ...(download.onProgress ? { onProgress: download.onProgress } : {}) });
+    const target = { path, progressPath, size, parts, source: download.source, streams: download.parts.streams, signal: download.signal, lock };
+    actual = await downloadParts({ ...target, ...(download.onProgress ? { onProgress: download.onProgress } : {}) });
   } catch (error) {
-    if (error instanceof CorruptBlobError) await discard(layout, digest);
+    if (error instanceof CorruptBlobError) await discard(layout, digest, lock);
     throw error;
   }
   if (actual !== digest) {
-    await discard(layout, digest);
+    await discard(layout, digest, lock);
     throw new DigestMismatchError(digest, actual);
   }
-  download.signal.throwIfAborted(); // the lock lost: the process that took it over renames it
+  download.signal.throwIfAborted();
+  await lock.confirm();
   await removeIfPresent(progressPath);
-  await rename(path, layout.blob(digest));
+  await publish(layout, digest, lock);
 }
 
 /** Downloads, verifies, renames. Returns at once when the blob is present. */
-async function download(layout: Layout, download: BlobDownload): Promise<void> {
+async function download(layout: Layout, download: BlobDownload, lock: Held): Promise<void> {
   if (await hasBlob(layout, download.digest)) return;
-  const parts = await partsToFetch(layout, download);
+  const parts = await partsToFetch(layout, download, lock);
   if (parts) {
     try {
-      return await downloadRanged(layout, download as BlobDownload & { size: number; parts: PartSettings }, parts);
+      return await downloadRanged(layout, download as BlobDownload & { size: number; parts: PartSettings }, parts, lock);
     } catch (error) {
       if (!(error instanceof RangeIgnored)) throw error;
       // The whole blob is coming from its first byte: it is read as one stream, over what was there.
-      await discard(layout, download.digest);
+      await discard(layout, download.digest, lock);
       const body = error.body;
-      return downloadStream(layout, { ...download, source: async () => ({ body, start: 0, ranged: false }) });
+      return downloadStream(layout, { ...download, source: async () => ({ body, start: 0, ranged: false }) }, lock);
     }
   }
-  await toPrefix(layout, download);
-  return downloadStream(layout, download);
+  await toPrefix(layout, download, lock);
+  return downloadStream(layout, download, lock);
 }
 
 // One writer per blob: within this process, a second download of a blob joins the first; across
@@ -234,20 +257,25 @@ function showOthersProgress(layout: Layout, request: BlobDownload): () => Promis
   };
 }
 
-async function downloadAlone(layout: Layout, request: BlobDownload): Promise<void> {
+async function downloadAlone(layout: Layout, request: BlobDownload, heartbeat: Heartbeat): Promise<void> {
   await mkdir(layout.blobsDir, { recursive: true });
-  const lock = (await acquireLock(layout.blobLock(request.digest), { signal: request.signal, pollMs: BLOB_LOCK_POLL_MS, waiting: showOthersProgress(layout, request) }))!;
+  const waiting = showOthersProgress(layout, request);
+  const lock = (await acquireLock(layout.blobLock(request.digest), { signal: request.signal, pollMs: BLOB_LOCK_POLL_MS, heartbeat, waiting }))!;
   try {
-    await download(layout, { ...request, signal: AbortSignal.any([request.signal, lock.lost]) });
+    // A holder judged gone may still be alive and write into the partial file it has open.
+    if (lock.takenOver) await moveOutOfReach(layout, request.digest, request.size);
+    await lock.forgetTakeover();
+    await download(layout, { ...request, signal: AbortSignal.any([request.signal, lock.lost]) }, lock);
   } finally {
     await lock.release();
   }
 }
 
-export async function downloadBlob(layout: Layout, request: BlobDownload): Promise<void> {
+/** `heartbeat`: how this process keeps the blob's lock, and judges another's (the same for every process on the store). */
+export async function downloadBlob(layout: Layout, request: BlobDownload, heartbeat: Heartbeat = LOCK_HEARTBEAT): Promise<void> {
   const path = layout.blob(request.digest);
   for (let current = running.get(path); current; current = running.get(path)) await current.catch(() => {});
-  const job = downloadAlone(layout, request);
+  const job = downloadAlone(layout, request, heartbeat);
   running.set(path, job);
   try {
     await job;

@@ -3,7 +3,8 @@ import { hasBlob } from "./blobs.ts";
 import { isMissing, removeIfPresent } from "./files.ts";
 import type { Layout } from "./layout.ts";
 import type { Leases } from "./leases.ts";
-import { acquireLock, type HeldLock } from "./lock-file.ts";
+import { acquireLock, LOCK_HEARTBEAT, type HeldLock } from "./lock-file.ts";
+import type { Heartbeat } from "./owner.ts";
 import { blobsOf, readIndex } from "./model-index.ts";
 import { isDigest } from "../reference.ts";
 
@@ -29,23 +30,23 @@ async function markedOrphans(layout: Layout): Promise<string[]> {
 const mark = (layout: Layout, digest: string) => writeFile(layout.orphanMark(digest), "").catch(() => {});
 
 /** The blob's lock if no live process holds it (a stale one is broken); undefined otherwise. */
-export async function lockIfFree(layout: Layout, digest: string): Promise<HeldLock | undefined> {
+export async function lockIfFree(layout: Layout, digest: string, heartbeat: Heartbeat = LOCK_HEARTBEAT): Promise<HeldLock | undefined> {
   try {
-    return await acquireLock(layout.blobLock(digest), { pollMs: 0, waiting: async () => true });
+    return await acquireLock(layout.blobLock(digest), { pollMs: 0, heartbeat, waiting: async () => true });
   } catch (error) {
     if (isMissing(error)) return undefined; // no blobs folder: nothing to remove
     throw error;
   }
 }
 
-export async function collectBlobs(layout: Layout, leases: Leases, candidates: string[]): Promise<void> {
+export async function collectBlobs(layout: Layout, leases: Leases, candidates: string[], heartbeat: Heartbeat = LOCK_HEARTBEAT): Promise<void> {
   // Most calls (a runner stopped, its model still there) end here, on the index as cached.
   const listed = new Set((await readIndex(layout)).flatMap(blobsOf));
   const digests = new Set([...candidates.filter((d) => !listed.has(d)), ...(await markedOrphans(layout))]);
   const locks = new Map<string, HeldLock>();
   try {
     for (const digest of digests) {
-      const lock = await lockIfFree(layout, digest);
+      const lock = await lockIfFree(layout, digest, heartbeat);
       // A process holds it to download it, or to see that it is there: a later collection decides.
       if (lock) locks.set(digest, lock);
       else await mark(layout, digest);

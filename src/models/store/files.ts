@@ -8,7 +8,8 @@ import { dirname } from "node:path";
 
 export const temporaryName = (path: string) => `${path}.${randomBytes(6).toString("hex")}.tmp`;
 
-export async function writeFileAtomic(path: string, data: string | Uint8Array, { durable = true } = {}): Promise<void> {
+/** `beforeRename`: a last check, once the temporary file is written (one that throws leaves the target as it was). */
+export async function writeFileAtomic(path: string, data: string | Uint8Array, { durable = true, beforeRename }: { durable?: boolean; beforeRename?: () => Promise<void> } = {}): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   const temporary = temporaryName(path);
   const file = await open(temporary, "w");
@@ -19,6 +20,7 @@ export async function writeFileAtomic(path: string, data: string | Uint8Array, {
     await file.close();
   }
   try {
+    await beforeRename?.();
     await rename(temporary, path);
   } catch (error) {
     await unlink(temporary).catch(() => {});

@@ -4,8 +4,11 @@ import { isDigest } from "../reference.ts";
 // Where each on-disk concept lives under the store's root (the layout Docker Model Runner uses):
 //   blobs/sha256/<hex>              content-addressed files (`.incomplete` while downloading,
 //                                   with `.parts`, its parts' progress, when it comes in parts,
-//                                   and `.lock`, held by the one process downloading it; `.orphan`
-//                                   when its model was deleted while another process served it)
+//                                   and `.lock`, held by the one process downloading it, with
+//                                   `.lock.<random>.broken` marks of holders judged gone until the
+//                                   next download has put their partial file out of their reach;
+//                                   `.orphan` when its model was deleted while another process
+//                                   served it)
 //   manifests/sha256/<hex>          raw manifests, by their own digest
 //   models.json                     the index: models, their tags and configs
 //   models.json.lock                held by the process changing the index

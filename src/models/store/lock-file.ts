@@ -1,22 +1,65 @@
 import { randomBytes } from "node:crypto";
-import { link, open, rename, utimes, type FileHandle } from "node:fs/promises";
+import { link, open, readdir, rename, utimes, type FileHandle } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 import { isMissing, removeIfPresent } from "./files.ts";
-import { newOwner, parseOwner, pidAlive, staleReason, thisProcess, type Heartbeat, type Owner, type Sighting } from "./owner.ts";
+import { holderExited, newOwner, parseOwner, pidAlive, staleReason, thisProcess, type Heartbeat, type Owner, type Sighting } from "./owner.ts";
 
 // A lock shared by every process on the store: a file created with O_CREAT|O_EXCL ("wx"), which
 // exactly one creator gets, on a local filesystem and over NFS (v3 and later) alike. It holds its
 // taker's owner record (owner.ts); the taker touches it while it holds it and removes it when
-// done. A lock whose taker is gone is broken: moved aside under a name of our own, checked to be
-// the very lock judged stale, and removed (one moved by mistake is put back).
+// done. A lock whose taker is gone is broken: moved aside under a name of our own (`.broken`) and
+// checked to be the very lock judged stale (one moved by mistake is put back).
+//
+// "Gone" is a judgment: a holder that stalled (a paused container, SIGSTOP, a frozen VM) past the
+// limit is judged gone while it is alive, and wakes up still believing it holds the lock. So a
+// broken lock stays on disk as a mark until a later holder has made sure that what the stalled
+// one may still do cannot harm (`takenOver`, `forgetTakeover`: for a blob, blobs.ts moves its
+// partial file out of the stalled holder's reach), and a holder looks at its lock (`confirm`)
+// before each step that depends on holding it.
 
 export const LOCK_HEARTBEAT: Heartbeat = { everyMs: 2_000, staleMs: 30_000 };
+
+/** A heartbeat that a holder gone silent for `staleMs` misses: a touch every fifteenth of it (2 s of 30 s). */
+export const lockHeartbeat = (staleMs: number): Heartbeat => ({ everyMs: Math.max(1, Math.round(staleMs / 15)), staleMs });
+
+/** The lock is no longer ours: another process broke it, judging this one gone (it had stalled that long). */
+export class LockLostError extends Error {}
 
 export type HeldLock = {
   /** Aborts when another process broke the lock (it judged this one gone): what it guards must stop. */
   readonly lost: AbortSignal;
+  /**
+   * Whether some holder of this lock before us was judged gone and its lock broken, and no holder
+   * since has said that what it may still write can no longer harm (it may be stalled, not dead).
+   */
+  readonly takenOver: boolean;
+  /** Says that the holders judged gone can no longer harm what the lock guards: their marks go. */
+  forgetTakeover(): Promise<void>;
+  /**
+   * Resolves while the lock is still ours, else rejects with a LockLostError. A look at the file
+   * answers for a short while (`TRUSTED_FOR`) by our monotonic clock: a stall long enough for
+   * another process to break the lock always makes the next call look again. `fresh`: look now.
+   */
+  confirm(options?: { fresh?: boolean }): Promise<void>;
   /** Removes the lock, if it is still ours. */
   release(): Promise<void>;
 };
+
+/** How long a look that found the lock ours answers `confirm`: a small part of the heartbeat, far below the limit. */
+const TRUSTED_FOR = 1 / 4;
+
+/** The marks that locks broken at `path` leave until a holder forgets them. */
+async function brokenMarks(path: string): Promise<string[]> {
+  const prefix = `${basename(path)}.`;
+  let names: string[];
+  try {
+    names = await readdir(dirname(path));
+  } catch (error) {
+    if (isMissing(error)) return [];
+    throw error;
+  }
+  return names.filter((n) => n.startsWith(prefix) && n.endsWith(".broken")).map((n) => join(dirname(path), n));
+}
 
 export type LockOptions = {
   signal?: AbortSignal;
@@ -66,32 +109,59 @@ export async function tryLock(path: string, heartbeat: Heartbeat = LOCK_HEARTBEA
     throw error;
   }
   await file.close();
-  return held(path, owner, heartbeat);
+  const marks = await brokenMarks(path).catch(async (error: unknown) => {
+    await removeIfPresent(path);
+    throw error;
+  });
+  return held(path, owner, heartbeat, marks);
 }
 
-function held(path: string, owner: Owner, heartbeat: Heartbeat): HeldLock {
+function held(path: string, owner: Owner, heartbeat: Heartbeat, marks: string[]): HeldLock {
   const lost = new AbortController();
   let released = false;
   let beating = false;
-  const ours = async () => (await sight(path))?.owner?.token === owner.token;
+  let confirmedAt = performance.now();
+  let looking: Promise<void> | undefined;
+  const loseIt = () => {
+    clearInterval(timer);
+    if (!lost.signal.aborted) lost.abort(new LockLostError(`another process took over ${path}, judging this one gone (it stalled for ${heartbeat.staleMs / 1000} s or more)`));
+  };
+  /** Looks at the file: still ours, or lost (for good: a lock once broken is never ours again). */
+  const look = () =>
+    (looking ??= (async () => {
+      const since = performance.now();
+      try {
+        if ((await sight(path))?.owner?.token === owner.token) confirmedAt = since;
+        else if (!released) loseIt();
+      } finally {
+        looking = undefined;
+      }
+    })());
   const beat = async () => {
     if (beating || released) return;
     beating = true;
     try {
-      if (await ours()) {
+      await look();
+      if (!lost.signal.aborted) {
         const now = new Date();
         await utimes(path, now, now);
-      } else if (!released) {
-        clearInterval(timer);
-        lost.abort(new Error(`another process took over ${path}, judging this one gone`));
       }
     } finally {
       beating = false;
     }
   };
   const timer = setInterval(() => void beat().catch(() => {}), heartbeat.everyMs);
+  const ours = async () => (await sight(path))?.owner?.token === owner.token;
   return {
     lost: lost.signal,
+    takenOver: marks.length > 0,
+    async forgetTakeover() {
+      await Promise.all(marks.splice(0).map(removeIfPresent));
+    },
+    async confirm({ fresh = false } = {}) {
+      if (!lost.signal.aborted && (fresh || performance.now() - confirmedAt >= heartbeat.everyMs * TRUSTED_FOR)) await look();
+      if (lost.signal.aborted) throw lost.signal.reason;
+    },
     async release() {
       if (released) return;
       released = true;
@@ -101,8 +171,11 @@ function held(path: string, owner: Owner, heartbeat: Heartbeat): HeldLock {
   };
 }
 
-/** Removes the lock at `path` if it is still the one whose owner had `token` (judged stale). */
-async function breakLock(path: string, token: string | undefined): Promise<void> {
+/**
+ * Breaks the lock at `path` if it is still the one whose owner had `token` (judged stale): it
+ * stays aside as a mark of the takeover (see `takenOver`), unless its holder surely `exited`.
+ */
+async function breakLock(path: string, token: string | undefined, exited: boolean): Promise<void> {
   const aside = `${path}.${randomBytes(6).toString("hex")}.broken`;
   try {
     await rename(path, aside);
@@ -111,9 +184,15 @@ async function breakLock(path: string, token: string | undefined): Promise<void>
     throw error;
   }
   const moved = await sight(aside);
+  if (!moved) return;
+  if (moved.owner?.token === token) {
+    // A holder that surely exited can write nothing more: no mark is needed.
+    if (exited) await removeIfPresent(aside);
+    return;
+  }
   // Its holder released it and another took it between our look and the move: it goes back,
   // unless a third has taken the lock meanwhile (link, unlike rename, never replaces a file).
-  if (moved && moved.owner?.token !== token) await link(aside, path).catch(() => {});
+  await link(aside, path).catch(() => {});
   await removeIfPresent(aside);
 }
 
@@ -134,7 +213,7 @@ export async function acquireLock(path: string, options: LockOptions): Promise<H
     if (watched?.heartbeat !== beat) watched = { heartbeat: beat, since: performance.now() };
     const judge = { self: thisProcess(), now: Date.now(), heartbeat, alive: pidAlive, unchangedForMs: performance.now() - watched.since };
     if (staleReason(seen, judge)) {
-      await breakLock(path, seen.owner?.token);
+      await breakLock(path, seen.owner?.token, holderExited(seen, judge));
       continue;
     }
     if (await options.waiting?.()) return undefined;

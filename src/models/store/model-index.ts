@@ -4,7 +4,8 @@ import { setImmediate } from "node:timers";
 import * as z from "zod";
 import { isMissing, writeFileAtomic } from "./files.ts";
 import type { Layout } from "./layout.ts";
-import { withLock } from "./lock-file.ts";
+import { LOCK_HEARTBEAT, withLock, type HeldLock } from "./lock-file.ts";
+import type { Heartbeat } from "./owner.ts";
 
 // The index (`models.json`): which models the store holds, their tags, configs and blobs. It is
 // only ever replaced whole (temporary file, then rename), after every blob it names is in place,
@@ -107,28 +108,39 @@ export async function loadIndex(layout: Layout): Promise<IndexEntry[]> {
   }
 }
 
-async function writeIndex(layout: Layout, models: IndexEntry[]): Promise<void> {
-  await writeFileAtomic(layout.indexFile, `${JSON.stringify({ version: 1, models }, null, 2)}\n`);
+/** Replaces the file, the index's lock seen to be ours right before the rename (else a LockLostError, the file untouched). */
+async function writeIndex(layout: Layout, models: IndexEntry[], lock: HeldLock): Promise<void> {
+  const beforeRename = () => lock.confirm({ fresh: true });
+  await writeFileAtomic(layout.indexFile, `${JSON.stringify({ version: 1, models }, null, 2)}\n`, { beforeRename });
   // Under the lock no other process writes it: what is there now is what was written.
   cache.set(layout.root, { identity: identityOf(await stat(layout.indexFile)), models });
 }
 
 // Read-modify-write of the index: queued per store root within this process, and under the
 // index's lock across processes, reading the file afresh once the lock is held, so that no two
-// writers (pulls, deletes, tags, here or in another process) lose each other's change.
+// writers (pulls, deletes, tags, here or in another process) lose each other's change. A writer
+// that stalled while holding the lock (judged gone, its lock broken and another change written
+// meanwhile) finds its lock lost before it renames, and its change is refused (a LockLostError):
+// it would replace a file it did not read. No mark of the takeover is kept: writing is all the
+// stalled writer could still do.
 const queues = new Map<string, Promise<unknown>>();
 
 /** The index lock is held for a read and a write of a small file: looked at often. */
 const INDEX_LOCK_POLL_MS = 20;
 
-export function updateIndex<T>(layout: Layout, change: (models: IndexEntry[]) => { models: IndexEntry[]; result: T } | Promise<{ models: IndexEntry[]; result: T }>): Promise<T> {
+export function updateIndex<T>(
+  layout: Layout,
+  change: (models: IndexEntry[]) => { models: IndexEntry[]; result: T } | Promise<{ models: IndexEntry[]; result: T }>,
+  heartbeat: Heartbeat = LOCK_HEARTBEAT,
+): Promise<T> {
   const previous = queues.get(layout.root) ?? Promise.resolve();
   const next = previous.catch(() => {}).then(async () => {
     await mkdir(layout.root, { recursive: true });
-    return withLock(layout.indexLock, { pollMs: INDEX_LOCK_POLL_MS }, async () => {
+    return withLock(layout.indexLock, { pollMs: INDEX_LOCK_POLL_MS, heartbeat }, async (lock) => {
+      await lock.forgetTakeover();
       // A copy: a change that throws half-way must not leave its edits in the cache.
       const { models, result } = await change(structuredClone(await readIndex(layout, { fresh: true })));
-      await writeIndex(layout, models);
+      await writeIndex(layout, models, lock);
       return result;
     });
   });

@@ -93,6 +93,10 @@ function samePids(owner: Owner, self: Judge["self"]): "table" | "hostname" | und
   return owner.hostname !== "" && owner.hostname === self.hostname ? "hostname" : undefined;
 }
 
+/** Whether the holder is surely dead: its pid, asked in its own process table, has exited (it can write nothing more). */
+export const holderExited = (seen: Sighting, judge: Judge): boolean =>
+  !!seen.owner && samePids(seen.owner, judge.self) === "table" && judge.alive(seen.owner.pid) === false;
+
 /** Why the holder of what was sighted is gone, or undefined while it may still hold it. */
 export function staleReason(seen: Sighting, judge: Judge): string | undefined {
   const { owner } = seen;

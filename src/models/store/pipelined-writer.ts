@@ -24,8 +24,15 @@ export type PipelinedWriter = {
 /**
  * `written` receives each batch once it is in the file, in file order; the writer waits for it.
  * Writes go at the file's position, or from `position` on when given (one part of a larger file).
+ * `ready`, when given, is awaited before each batch is written: a batch it rejects is not (the
+ * writer then fails with its error).
  */
-export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[]) => Promise<void> | void, position?: number): PipelinedWriter {
+export function pipelinedWriter(
+  file: FileHandle,
+  written: (parts: Uint8Array[]) => Promise<void> | void,
+  position?: number,
+  ready?: () => Promise<void>,
+): PipelinedWriter {
   let inFlight: Promise<unknown> = Promise.resolve();
   let flushing: Promise<unknown> = Promise.resolve();
   let batch: Uint8Array[] = [];
@@ -43,7 +50,11 @@ export function pipelinedWriter(file: FileHandle, written: (parts: Uint8Array[])
     const at = position;
     if (position !== undefined) position += batched;
     batched = 0;
-    inFlight = inFlight.then(() => file.writev(parts, at)).then(() => written(parts));
+    inFlight = inFlight.then(async () => {
+      await ready?.();
+      await file.writev(parts, at);
+      await written(parts);
+    });
     inFlight.catch(() => {}); // awaited by the next call; this only silences the interim
     if (sinceFlush >= FLUSH_BYTES) {
       sinceFlush = 0;

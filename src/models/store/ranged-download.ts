@@ -1,4 +1,5 @@
 import { open, type FileHandle } from "node:fs/promises";
+import type { HeldLock } from "./lock-file.ts";
 import { writeProgress, writtenPrefix, type Part } from "./parts.ts";
 import { pipelinedWriter } from "./pipelined-writer.ts";
 import { prefixHash, type PrefixHash } from "./prefix-hash.ts";
@@ -31,6 +32,8 @@ export type RangedTarget = {
   source: BlobSource;
   streams: number;
   signal: AbortSignal;
+  /** The blob's lock: seen to be ours before each write and each record written. */
+  lock: Pick<HeldLock, "confirm">;
   onProgress?: (bytes: number) => void;
 };
 
@@ -68,7 +71,7 @@ async function copyPart(shared: Shared, part: Part, body: ReadableStream<Uint8Ar
     shared.hash.advance(writtenPrefix(parts));
     shared.report();
   };
-  const writer = pipelinedWriter(shared.file, landed, part.start + part.done);
+  const writer = pipelinedWriter(shared.file, landed, part.start + part.done, () => shared.target.lock.confirm());
   try {
     for (let next = await reader.read(); !next.done; next = await reader.read()) {
       received += next.value.byteLength;
@@ -107,6 +110,7 @@ function checkpoints(file: FileHandle, target: RangedTarget) {
         // What the record claims is taken before the flush, so the flush covers all of it.
         const snapshot = target.parts.map((p) => ({ ...p }));
         await file.datasync();
+        await target.lock.confirm();
         await writeProgress(target.progressPath, target.size, snapshot);
       });
     return chain;

@@ -4,7 +4,7 @@ import { collectBlobs } from "./collect.ts";
 import { freeSpace } from "./files.ts";
 import { layout as layoutOf, type Layout } from "./layout.ts";
 import { createLeases } from "./leases.ts";
-import { withLock } from "./lock-file.ts";
+import { LOCK_HEARTBEAT, lockHeartbeat, withLock } from "./lock-file.ts";
 import { putManifest, removeManifest } from "./manifests.ts";
 import { blobsOf, knownIndex, loadIndex, readIndex, updateIndex, type IndexEntry, type ModelConfig } from "./model-index.ts";
 import { findUnused, removeUnused, type Unused, type UnusedRule } from "./sweep.ts";
@@ -36,6 +36,11 @@ export type Removal = { untagged: string[]; deleted?: string };
 export type StoreOptions = {
   /** Free bytes on the filesystem of `path`, undefined when unknown; statfs by default (tests give their own). */
   freeSpace?: (path: string) => Promise<number | undefined>;
+  /**
+   * How long a lock's holder may stay silent before another process judges it gone and takes the
+   * lock over (30 s by default); every process on the store must use the same.
+   */
+  lockStaleMs?: number;
 };
 
 export type ModelStore = {
@@ -115,6 +120,7 @@ export function findEntry(models: IndexEntry[], reference: string, options: Refe
 export function createModelStore(root: string, referenceOptions: ReferenceOptions = {}, options: StoreOptions = {}): ModelStore {
   const layout = layoutOf(root);
   const leases = createLeases(layout.leasesDir);
+  const heartbeat = options.lockStaleMs === undefined ? LOCK_HEARTBEAT : lockHeartbeat(options.lockStaleMs);
   // Every inference request resolves the name it was sent: answered from the index as last read
   // (a new index, after any change, starts afresh), without parsing the name again.
   const resolved = new WeakMap<IndexEntry[], Map<string, StoredModel | undefined>>();
@@ -130,7 +136,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
   };
 
   /** Whether the blob is there, asked under its lock: a collection does not remove it meanwhile. */
-  const stillThere = (digest: string) => withLock(layout.blobLock(digest), { pollMs: 50 }, () => hasBlob(layout, digest));
+  const stillThere = (digest: string) => withLock(layout.blobLock(digest), { pollMs: 50, heartbeat }, () => hasBlob(layout, digest));
 
   const unusedRule = async (models: IndexEntry[], incompleteOlderThanMs: number): Promise<UnusedRule> => ({
     referenced: new Set(models.flatMap((m) => [m.id, ...blobsOf(m)])),
@@ -158,7 +164,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
       return (await readIndex(layout)).map((entry) => toStored(layout, entry));
     },
     hasBlob: (digest) => hasBlob(layout, digest),
-    downloadBlob: (download) => downloadBlob(layout, download),
+    downloadBlob: (download) => downloadBlob(layout, download, heartbeat),
     async bytesMissing(blobs) {
       let missing = 0;
       for (const { digest, size } of new Map(blobs.map((b) => [b.digest, b])).values()) missing += await bytesToDownload(layout, digest, size);
@@ -173,7 +179,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
       const served = () => {
         release();
         // A collection that fails leaves the blob marked, for the next one.
-        void collectBlobs(layout, leases, digests).catch(() => {});
+        void collectBlobs(layout, leases, digests, heartbeat).catch(() => {});
       };
       for (const digest of digests) {
         if (!(await stillThere(digest).catch(() => false))) {
@@ -185,7 +191,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     },
     async collectOrphans() {
       await leases.held(); // which also removes the leases of processes gone
-      await collectBlobs(layout, leases, []);
+      await collectBlobs(layout, leases, [], heartbeat);
     },
     close: () => leases.close(),
     add({ manifest, tag, ...rest }) {
@@ -200,7 +206,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
         const tags = [...new Set([...(existing?.tags ?? []), ...(tag === undefined ? [] : [tag])])];
         const entry: IndexEntry = { ...rest, id, created: existing?.created ?? rest.created, tags };
         return { models: [...others, entry], result: toStored(layout, entry) };
-      });
+      }, heartbeat);
     },
     addTag(id, tag) {
       return updateIndex(layout, (models) => {
@@ -210,7 +216,7 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
           m.id === id ? { ...m, tags: [...new Set([...m.tags, tag])] } : { ...m, tags: m.tags.filter((t) => t !== tag) },
         );
         return { models: updated, result: toStored(layout, updated.find((m) => m.id === id)!) };
-      });
+      }, heartbeat);
     },
     async remove(id, tag) {
       let removed: IndexEntry | undefined;
@@ -225,12 +231,13 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
         removed = entry;
         await removeManifest(layout, id);
         return { models: models.filter((m) => m !== entry), result: { untagged, deleted: id } };
-      });
-      if (removed) await collectBlobs(layout, leases, blobsOf(removed));
+      }, heartbeat);
+      if (removed) await collectBlobs(layout, leases, blobsOf(removed), heartbeat);
       return result;
     },
     unused: async (age) => findUnused(layout, await unusedRule(await readIndex(layout, { fresh: true }), age)),
     // Under the index's lock: no model is recorded meanwhile that would name a blob judged unused.
-    removeUnused: (age) => updateIndex(layout, async (models) => ({ models, result: await removeUnused(layout, leases, await unusedRule(models, age)) })),
+    removeUnused: (age) =>
+      updateIndex(layout, async (models) => ({ models, result: await removeUnused(layout, leases, await unusedRule(models, age), heartbeat) }), heartbeat),
   };
 }

@@ -4,7 +4,8 @@ import { lockIfFree } from "./collect.ts";
 import { isMissing, removeIfPresent } from "./files.ts";
 import type { Layout } from "./layout.ts";
 import type { Leases } from "./leases.ts";
-import type { HeldLock } from "./lock-file.ts";
+import { LOCK_HEARTBEAT, type HeldLock } from "./lock-file.ts";
+import type { Heartbeat } from "./owner.ts";
 
 // What the store holds that no model uses: blobs no model names (the layers of a pull that
 // failed, of a model deleted while a pull still needed them), manifests no model is recorded
@@ -105,14 +106,14 @@ export async function findUnused(layout: Layout, rule: UnusedRule): Promise<Unus
  * its blobs (its lease) before it takes a blob's lock. The caller holds the index's lock, so that
  * `referenced` stays true meanwhile.
  */
-export async function removeUnused(layout: Layout, leases: Leases, rule: UnusedRule): Promise<Unused> {
+export async function removeUnused(layout: Layout, leases: Leases, rule: UnusedRule, heartbeat: Heartbeat = LOCK_HEARTBEAT): Promise<Unused> {
   const candidates = (await storeFiles(layout)).filter((f) => isUnused(f, rule));
   const locked = (f: StoreFile) => f.digest !== undefined && (f.kind === "blob" || f.kind === "incomplete");
   const locks = new Map<string, HeldLock>();
   const removed: StoreFile[] = [];
   try {
     for (const digest of new Set(candidates.filter(locked).map((f) => f.digest!))) {
-      const lock = await lockIfFree(layout, digest);
+      const lock = await lockIfFree(layout, digest, heartbeat);
       if (lock) locks.set(digest, lock);
     }
     const held = await leases.held();
