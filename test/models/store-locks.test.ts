@@ -277,7 +277,7 @@ describe("a holder stopped past the takeover, then woken", () => {
     // The stopped holder wakes in the middle of the takeover, with a mebibyte to write.
     old.child.kill("SIGCONT");
     expect(await old.exited).toBe(1);
-    expect(old.output()).toMatch(/^error: another process took over .*\.lock, judging this one gone/m);
+    expect(old.output()).toMatch(/^error: another process took over the store.s lock on .*\.lock, judging this one gone/m);
     expect(old.output()).not.toMatch(/^done$/m);
     sendRest();
     await taken;
@@ -344,7 +344,7 @@ describe("a holder stopped past the takeover, then woken", () => {
     old.child.kill("SIGCONT");
     old.child.stdin.write("write now\n");
     expect(await old.exited).toBe(1);
-    expect(old.output()).toMatch(/^error: another process took over .*models\.json\.lock, judging this one gone/m);
+    expect(old.output()).toMatch(/^error: another process took over the store.s lock on .*\.lock, judging this one gone/m);
     expect((await taker.list()).map((m) => m.tags)).toEqual([["taker/model:latest"]]);
     // The refused change left no temporary file, and the takeover no mark.
     expect((await readdir(root)).filter((n) => n !== "leases").sort()).toEqual(["blobs", "manifests", "models.json"]);

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { link, open, readdir, rename, utimes, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { HttpError } from "../../http/errors.ts";
 import { isMissing, removeIfPresent } from "./files.ts";
 import { holderExited, newOwner, parseOwner, pidAlive, staleReason, thisProcess, type Heartbeat, type Owner, type Sighting } from "./owner.ts";
 
@@ -23,7 +24,12 @@ export const LOCK_HEARTBEAT: Heartbeat = { everyMs: 2_000, staleMs: 30_000 };
 export const lockHeartbeat = (staleMs: number): Heartbeat => ({ everyMs: Math.max(1, Math.round(staleMs / 15)), staleMs });
 
 /** The lock is no longer ours: another process broke it, judging this one gone (it had stalled that long). */
-export class LockLostError extends Error {}
+/** A lock this process held was taken over: what it guarded stopped; the client may try again (503). */
+export class LockLostError extends HttpError {
+  constructor(message: string) {
+    super(503, "unavailable_error", "store_lock_lost", message, { "retry-after": "1" });
+  }
+}
 
 export type HeldLock = {
   /** Aborts when another process broke the lock (it judged this one gone): what it guards must stop. */
@@ -124,7 +130,7 @@ function held(path: string, owner: Owner, heartbeat: Heartbeat, marks: string[])
   let looking: Promise<void> | undefined;
   const loseIt = () => {
     clearInterval(timer);
-    if (!lost.signal.aborted) lost.abort(new LockLostError(`another process took over ${path}, judging this one gone (it stalled for ${heartbeat.staleMs / 1000} s or more)`));
+    if (!lost.signal.aborted) lost.abort(new LockLostError(`another process took over the store's lock on ${basename(path)}, judging this one gone (it stalled for ${heartbeat.staleMs / 1000} s or more)`));
   };
   /** Looks at the file: still ours, or lost (for good: a lock once broken is never ours again). */
   const look = () =>
