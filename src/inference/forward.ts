@@ -42,7 +42,15 @@ export type Forwarded = {
   timer?: RequestTimer;
   /** The request's time limit and how long its client may leave a stream unread. */
   bounds?: Pick<Bounds, "timeoutMs" | "clientStallMs">;
+  /** A dialect's rewrite of a streamed answer: applied before it is timed and counted. */
+  reshape?: Reshape;
 };
+
+/**
+ * Rewrites a streamed answer of the runner. `ask` posts the request's body to another path of the
+ * same runner (e.g. to count its prompt when the stream does not say it).
+ */
+export type Reshape = (answer: ReadableStream<Uint8Array>, ask: (path: string) => Promise<Response>) => ReadableStream<Uint8Array>;
 
 /**
  * The time our process spent on a request, outside the runner: from its arrival to the answer's
@@ -126,7 +134,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
   };
   const relayed = relay(
-    upstream.body,
+    forwarded.reshape ? forwarded.reshape(upstream.body, (path) => sendTo(forwarded, path)) : upstream.body,
     { died: call.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
@@ -184,6 +192,11 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   };
   // Callbacks, not an async frame with a loop: most requests go once, and pay for no frame.
   return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
+}
+
+/** The request's body, posted to another path of its runner (no retry: a side question, not the answer). */
+function sendTo({ lease, body, request }: Forwarded, path: string): Promise<Response> {
+  return lease.fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, signal: request.signal });
 }
 
 function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {

@@ -10,7 +10,7 @@ import type { Lane } from "../scheduler/types.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import type { MediaInliner } from "./media/fetch.ts";
-import { forward, type ErrorEvent } from "./forward.ts";
+import { forward, type ErrorEvent, type Reshape } from "./forward.ts";
 import { boundTokens, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
@@ -100,6 +100,8 @@ export type InferOptions = {
    * and checked as any body, instead of read from `request`, whose signal and headers still count.
    */
   json?: unknown;
+  /** Rewrites a streamed answer before it is timed, counted and sent (see Forwarded's `reshape`). */
+  reshape?: Reshape;
 };
 
 /**
@@ -168,7 +170,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const timed = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
   const timer = account.ticket ? bothTimers(timed, account.ticket.timer) : timed;
   const clock = { startedAt, waitedMs };
-  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer });
+  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, reshape: options.reshape });
 }
 
 /** Room for the token limit the bound adds to a body that was at the size limit. */

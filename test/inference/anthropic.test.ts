@@ -1,5 +1,4 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { withMessageStart } from "../../src/dialects/anthropic.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
@@ -101,26 +100,5 @@ describe("every stream begins with message_start", () => {
       }),
     );
     expect(failures).toEqual([]);
-  });
-
-  const run = async (chunks: string[]) => {
-    const source = new ReadableStream<Uint8Array>({
-      start(controller) {
-        for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
-        controller.close();
-      },
-    });
-    return new Response(source.pipeThrough(withMessageStart("ai/tiny"))).text();
-  };
-
-  it("puts one before a stream that lacks it, even when its first event comes in pieces", async () => {
-    const text = await run(["event: content_block_st", 'art\ndata: {"type":"content_block_start"}\n\n', "event: message_stop\ndata: {}\n\n"]);
-    expect(text).toMatch(/^event: message_start\ndata: \{"type":"message_start","message":\{"id":"msg_\w+","type":"message","role":"assistant","content":\[\],"model":"ai\/tiny"/);
-    expect(text.endsWith('event: content_block_start\ndata: {"type":"content_block_start"}\n\nevent: message_stop\ndata: {}\n\n')).toBe(true);
-  });
-
-  it("leaves a stream that has it as it came", async () => {
-    const chunks = ['event: message_start\ndata: {"type":"message_start"}\n\n', "event: message_stop\ndata: {}\n\n"];
-    expect(await run(chunks)).toBe(chunks.join(""));
   });
 });
