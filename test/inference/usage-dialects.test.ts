@@ -1,0 +1,218 @@
+import Anthropic from "@anthropic-ai/sdk";
+import { readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { Ollama } from "ollama";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ask } from "../support/http.ts";
+import { until } from "../support/until.ts";
+import { startStack, type Stack } from "./harness.ts";
+
+// Usage an agent can trust: in every dialect, streamed or whole, through its official client, the
+// prompt, cached and completion tokens are those llama-server counted for that very request: the
+// tokens it processed and generated as its runner's log says them (print_timing), the prompt's size
+// as its tokenizer says it (count_tokens, asked on the runner's own socket); the cached part is the
+// rest. For a prompt never seen, the same again (all but one token cached) and the same prefix with
+// a new tail; then several streams at once. /engines/usage counts the same.
+
+let stack: Stack;
+beforeAll(async () => {
+  // A context of 4096 a slot (four slots): room for prompts of a few thousand tokens.
+  stack = await startStack({ models: [], shaped: { "ai/long": { seed: 3, context: 16_384 } } });
+  // Loaded, so that its runner's socket is there to ask.
+  expect((await ask({ url: stack.url }, "POST", "/v1/chat/completions", { model: MODEL, max_tokens: 1, messages: [{ role: "user", content: "hi" }] })).status).toBe(200);
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const MODEL = "ai/long";
+const MAX_TOKENS = 6;
+
+/** What a client reports: the prompt's tokens, the part of them read from the cache, the tokens generated. */
+type Reported = { prompt: number; cached: number; output: number; cacheUnknown?: true };
+type Dialect = (text: string, stream: boolean) => Promise<Reported>;
+
+const anthropic = () => new Anthropic({ baseURL: stack.url, apiKey: "unused", maxRetries: 0 });
+const openai = () => new OpenAI({ baseURL: `${stack.url}/v1`, apiKey: "unused", maxRetries: 0 });
+const ollama = () => new Ollama({ host: stack.url });
+
+/** Anthropic's split summed back: input is what was not read from the cache (nor written to it). */
+function fromAnthropic(usage: { input_tokens: number; cache_read_input_tokens?: number | null; cache_creation_input_tokens?: number | null; output_tokens: number }): Reported {
+  const cached = usage.cache_read_input_tokens ?? 0;
+  return { prompt: usage.input_tokens + cached + (usage.cache_creation_input_tokens ?? 0), cached, output: usage.output_tokens };
+}
+
+/** How llama-server's message_start is told from ours: its ids are chatcmpl-…, ours msg_…. */
+const fromLlamaServer = (id: string) => id.startsWith("chatcmpl-");
+
+/** Streams seen whose message_start was ours (llama-server had left it out). */
+let messageStartsPutIn = 0;
+
+const DIALECTS: Record<string, Dialect> = {
+  async "anthropic messages"(text, stream) {
+    const body = { model: MODEL, max_tokens: MAX_TOKENS, messages: [{ role: "user" as const, content: text }] };
+    if (!stream) {
+      const message = await anthropic().messages.create(body);
+      expect(message.usage.cache_creation_input_tokens).toBe(0);
+      return fromAnthropic(message.usage);
+    }
+    const events: Anthropic.RawMessageStreamEvent[] = [];
+    const messages = anthropic().messages.stream(body);
+    for await (const event of messages) events.push(event);
+    const final = await messages.finalMessage();
+    const start = events.find((e) => e.type === "message_start")!;
+    const delta = events.find((e) => e.type === "message_delta")!;
+    expect(events[0]).toBe(start);
+    // The final usage repeats the prompt's, as Anthropic's API does; the SDK's final message has it.
+    const { output_tokens: _, ...input } = start.message.usage;
+    expect(delta.usage).toMatchObject(input);
+    expect(final.usage).toMatchObject({ ...input, output_tokens: delta.usage.output_tokens });
+    if (!fromLlamaServer(start.message.id)) {
+      // llama-server said nothing of the prompt: all of it is counted as input (see docs/api.md).
+      messageStartsPutIn++;
+      return { ...fromAnthropic(final.usage), cacheUnknown: true };
+    }
+    return fromAnthropic(final.usage);
+  },
+  async "openai chat completions"(text, stream) {
+    const body = { model: MODEL, max_tokens: MAX_TOKENS, messages: [{ role: "user" as const, content: text }] };
+    let usage: OpenAI.CompletionUsage | undefined;
+    if (stream) {
+      for await (const chunk of await openai().chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } })) usage = chunk.usage ?? usage;
+    } else {
+      usage = (await openai().chat.completions.create(body)).usage;
+    }
+    return { prompt: usage!.prompt_tokens, cached: usage!.prompt_tokens_details!.cached_tokens!, output: usage!.completion_tokens };
+  },
+  async "openai responses"(text, stream) {
+    const body = { model: MODEL, max_output_tokens: MAX_TOKENS, input: text, store: false };
+    let usage: OpenAI.Responses.ResponseUsage | undefined;
+    if (stream) {
+      for await (const event of await openai().responses.create({ ...body, stream: true })) if (event.type === "response.completed") usage = event.response.usage;
+    } else {
+      usage = (await openai().responses.create(body)).usage;
+    }
+    expect(usage!.total_tokens).toBe(usage!.input_tokens + usage!.output_tokens);
+    return { prompt: usage!.input_tokens, cached: usage!.input_tokens_details.cached_tokens, output: usage!.output_tokens };
+  },
+  async "ollama chat"(text, stream) {
+    const body = { model: MODEL, messages: [{ role: "user", content: text }], options: { num_predict: MAX_TOKENS } };
+    return fromOllama(stream ? await lastOf(await ollama().chat({ ...body, stream: true })) : await ollama().chat({ ...body, stream: false }));
+  },
+  async "ollama generate"(text, stream) {
+    const body = { model: MODEL, prompt: text, options: { num_predict: MAX_TOKENS } };
+    return fromOllama(stream ? await lastOf(await ollama().generate({ ...body, stream: true })) : await ollama().generate({ ...body, stream: false }));
+  },
+};
+
+async function lastOf<T>(parts: AsyncIterable<T>): Promise<T> {
+  let last: T | undefined;
+  for await (const part of parts) last = part;
+  return last!;
+}
+
+/** Ollama's counters: prompt_eval_count is the whole prompt, prompt_eval_cached_count its cached part. */
+function fromOllama(answer: { done: boolean; prompt_eval_count: number; eval_count: number }): Reported {
+  expect(answer.done).toBe(true);
+  return { prompt: answer.prompt_eval_count, cached: (answer as unknown as { prompt_eval_cached_count: number }).prompt_eval_cached_count, output: answer.eval_count };
+}
+
+/** The runner's socket, to ask llama-server itself. */
+async function runnerSocket(): Promise<string> {
+  const run = join(stack.dir, "run");
+  const sockets = (await readdir(run)).filter((name) => name.endsWith(".sock"));
+  expect(sockets).toHaveLength(1);
+  return join(run, sockets[0]!);
+}
+
+/** The prompt's size as llama-server's tokenizer says it (one user message: the same prompt in every dialect). */
+async function promptSize(text: string): Promise<number> {
+  const answer = await ask({ socketPath: await runnerSocket() }, "POST", "/v1/messages/count_tokens", { model: MODEL, messages: [{ role: "user", content: text }] });
+  expect(answer.status).toBe(200);
+  return answer.json().input_tokens as number;
+}
+
+/** Each task's counts as llama-server logged them: tokens processed of the prompt, tokens generated. */
+type Logged = { task: number; processed: number; generated: number };
+async function loggedTasks(): Promise<Logged[]> {
+  const log = await stack.runnerLogs();
+  const processed = new Map([...log.matchAll(/task (\d+) \| prompt eval time = +[\d.]+ ms \/ +(\d+) tokens/g)].map((m) => [Number(m[1]), Number(m[2])]));
+  const generated = [...log.matchAll(/task (\d+) \| +eval time = +[\d.]+ ms \/ +(\d+) tokens/g)];
+  return generated.map((m) => ({ task: Number(m[1]), processed: processed.get(Number(m[1])) ?? 0, generated: Number(m[2]) }));
+}
+
+/** The task llama-server logged after `before` (its log is written a little after the answer). */
+async function nextTask(before: number): Promise<Logged> {
+  let found: Logged[] = [];
+  await until(async () => (found = (await loggedTasks()).filter((t) => t.task > before)).length > 0, "llama-server's log of the request");
+  expect(found).toHaveLength(1);
+  return found[0]!;
+}
+
+const lastTask = async () => Math.max(-1, ...(await loggedTasks()).map((t) => t.task));
+
+async function ledgerTotal(): Promise<{ requests: number; prompt_tokens: number; completion_tokens: number }> {
+  return (await ask({ url: stack.url }, "GET", "/engines/usage")).json().total;
+}
+
+/** A long prompt of its own: nothing in any slot begins like it. */
+const prompt = (tag: string) => `${tag} ${crypto.randomUUID()} ${"The quick brown fox jumps over the lazy dog, then naps. ".repeat(40)}`;
+
+describe.each(Object.keys(DIALECTS))("%s", (name) => {
+  it.each([false, true])("stream %s: uncached, cached and partly cached prompts counted as llama-server counted them", async (stream) => {
+    const base = prompt(name);
+    const cases = [
+      ["uncached", `${base} First question: what now?`],
+      ["cached", `${base} First question: what now?`],
+      ["partly cached", `${base} Second question, a longer one: and then?`],
+    ] as const;
+    for (const [what, text] of cases) {
+      const before = await lastTask();
+      const ledger = await ledgerTotal();
+      const reported = await DIALECTS[name]!(text, stream);
+      const logged = await nextTask(before);
+      const size = await promptSize(text);
+      const counted = { prompt: size, cached: size - logged.processed, output: logged.generated };
+      // Where llama-server's stream said nothing of the prompt, its size is known and its cached part is not.
+      expect(reported, what).toEqual(reported.cacheUnknown ? { ...counted, cached: 0, cacheUnknown: true } : counted);
+      if (what === "uncached") expect(counted.cached, what).toBeLessThan(size / 2);
+      else expect(counted.cached, what).toBeGreaterThan(size / 2);
+      if (what === "cached") expect(logged.processed, what).toBe(1);
+      await until(async () => (await ledgerTotal()).requests > ledger.requests, "the ledger's count");
+      const after = await ledgerTotal();
+      expect({ prompt: after.prompt_tokens - ledger.prompt_tokens, output: after.completion_tokens - ledger.completion_tokens }, what).toEqual({ prompt: size, output: logged.generated });
+    }
+  });
+});
+
+describe("several streams at once", () => {
+  it.each(Object.keys(DIALECTS))("%s: 12 long prompts, 4 at a time, each with its whole prompt counted", async (name) => {
+    const texts = Array.from({ length: 12 }, (_, i) => prompt(`${name} ${i}`));
+    const sizes = await Promise.all(texts.map(promptSize));
+    const ledger = await ledgerTotal();
+    const reported: Reported[] = [];
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (next < texts.length) {
+          const i = next++;
+          reported[i] = await DIALECTS[name]!(texts[i]!, true);
+        }
+      }),
+    );
+    expect(reported.map((r) => r.prompt)).toEqual(sizes);
+    expect(reported.every((r) => r.cached < r.prompt)).toBe(true);
+    await until(async () => (await ledgerTotal()).requests >= ledger.requests + texts.length, "the ledger's count");
+    const after = await ledgerTotal();
+    const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+    expect({ prompt: after.prompt_tokens - ledger.prompt_tokens, output: after.completion_tokens - ledger.completion_tokens }).toEqual({
+      prompt: sum(sizes),
+      output: sum(reported.map((r) => r.output)),
+    });
+  });
+
+  it("some of those Anthropic streams lacked llama-server's message_start (the case these tests are for)", () => {
+    expect(messageStartsPutIn).toBeGreaterThan(0);
+  });
+});
