@@ -216,3 +216,15 @@ describe("several streams at once", () => {
     expect(messageStartsPutIn).toBeGreaterThan(0);
   });
 });
+
+describe("counting tokens", () => {
+  it("is a request in the ledger, but no prompt was processed: no tokens", async () => {
+    const text = prompt("count");
+    const ledger = await ledgerTotal();
+    const counted = await anthropic().messages.countTokens({ model: MODEL, messages: [{ role: "user", content: text }] });
+    expect(counted.input_tokens).toBe(await promptSize(text));
+    await until(async () => (await ledgerTotal()).requests > ledger.requests, "the ledger's count");
+    const after = await ledgerTotal();
+    expect([after.requests - ledger.requests, after.prompt_tokens - ledger.prompt_tokens, after.completion_tokens - ledger.completion_tokens]).toEqual([1, 0, 0]);
+  });
+});
