@@ -3,7 +3,7 @@ import type { Route } from "../http/router.ts";
 import { counted, infer, type InferenceDeps } from "../inference/routes.ts";
 import type { Endpoint } from "../inference/requests.ts";
 import type { Reshape } from "../inference/forward.ts";
-import { completeUsage, withFullUsage } from "./anthropic-usage.ts";
+import { completeUsage, promptUsage, withFullUsage } from "./anthropic-usage.ts";
 import { upstreamError } from "./upstream-error.ts";
 
 // Anthropic's Messages API (what Claude Code and the Anthropic SDKs speak). llama-server serves it
@@ -43,17 +43,6 @@ async function inDialect(response: Response): Promise<Response> {
   return errorResponse(status, message, headers);
 }
 
-/** Counts a request's prompt with the runner's own count_tokens (undefined if it cannot say). */
-async function promptSize(ask: (path: string) => Promise<Response>): Promise<number | undefined> {
-  try {
-    const answer = await ask("/v1/messages/count_tokens");
-    const counted = answer.ok ? ((await answer.json()) as { input_tokens?: unknown }).input_tokens : undefined;
-    return typeof counted === "number" ? counted : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 /** A whole message of llama-server's with Anthropic's full usage (see anthropic-usage.ts); anything else as it is. */
 async function withUsage(response: Response): Promise<Response> {
   if (response.status !== 200 || !response.headers.get("content-type")?.startsWith("application/json")) return response;
@@ -66,7 +55,7 @@ export function anthropicRoutes(deps: InferenceDeps): Route[] {
     try {
       if (endpoint !== "messages") return await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, { errorEvent })));
       let model = "";
-      const reshape: Reshape = (answer, ask) => answer.pipeThrough(completeUsage(model, () => promptSize(ask)));
+      const reshape: Reshape = (answer, runner) => answer.pipeThrough(completeUsage(model, () => promptUsage(runner)));
       const options = { errorEvent, requestedAs: (m: string) => (model = m), reshape };
       return await withUsage(await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, options))));
     } catch (error) {

@@ -46,11 +46,16 @@ export type Forwarded = {
   reshape?: Reshape;
 };
 
-/**
- * Rewrites a streamed answer of the runner. `ask` posts the request's body to another path of the
- * same runner (e.g. to count its prompt when the stream does not say it).
- */
-export type Reshape = (answer: ReadableStream<Uint8Array>, ask: (path: string) => Promise<Response>) => ReadableStream<Uint8Array>;
+/** Questions to the runner a request's answer came from, about that request. */
+export type RunnerQuestions = {
+  /** Posts the request's body to another path (e.g. to count its prompt). */
+  post(path: string): Promise<Response>;
+  /** Gets a path (e.g. the slots' state). */
+  get(path: string): Promise<Response>;
+};
+
+/** Rewrites a streamed answer of the runner, which it may ask about the request (see RunnerQuestions). */
+export type Reshape = (answer: ReadableStream<Uint8Array>, runner: RunnerQuestions) => ReadableStream<Uint8Array>;
 
 /**
  * The time our process spent on a request, outside the runner: from its arrival to the answer's
@@ -134,7 +139,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
   };
   const relayed = relay(
-    forwarded.reshape ? forwarded.reshape(upstream.body, (path) => sendTo(forwarded, path)) : upstream.body,
+    forwarded.reshape ? forwarded.reshape(upstream.body, questions(forwarded)) : upstream.body,
     { died: call.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
@@ -194,9 +199,13 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
 }
 
-/** The request's body, posted to another path of its runner (no retry: a side question, not the answer). */
-function sendTo({ lease, body, request }: Forwarded, path: string): Promise<Response> {
-  return lease.fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, signal: request.signal });
+/** Side questions to the request's runner (never retried: they are not the answer), dropped if its client leaves. */
+function questions({ lease, body, request }: Forwarded): RunnerQuestions {
+  const { signal } = request;
+  return {
+    post: (path) => lease.fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, signal }),
+    get: (path) => lease.fetch(`http://runner${path}`, { signal }),
+  };
 }
 
 function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
