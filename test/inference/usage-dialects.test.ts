@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
 import { until } from "../support/until.ts";
 import { startStack, type Stack } from "./harness.ts";
+import type { RuntimeName } from "../support/server-process.ts";
 
 // Usage an agent can trust: in every dialect, streamed or whole, through its official client, the
 // prompt, cached and completion tokens are those llama-server counted for that very request: the
@@ -15,12 +16,20 @@ import { startStack, type Stack } from "./harness.ts";
 // rest. For a prompt never seen, the same again (all but one token cached) and the same prefix with
 // a new tail; then several streams at once. /engines/usage counts the same.
 
+/** The server the helpers below ask: under Bun, and in the last describe under Node and Deno. */
 let stack: Stack;
-beforeAll(async () => {
+/** Generations asked of its runner so far: each is one task in its log. */
+let generations = 0;
+async function startUsageStack(runtime: RuntimeName): Promise<Stack> {
   // A context of 4096 a slot (four slots): room for prompts of a few thousand tokens.
-  stack = await startStack({ models: [], shaped: { "ai/long": { seed: 3, context: 16_384 } } });
+  const started = await startStack({ runtime, models: [], shaped: { "ai/long": { seed: 3, context: 16_384 } } });
   // Loaded, so that its runner's socket is there to ask.
-  expect((await ask({ url: stack.url }, "POST", "/v1/chat/completions", { model: MODEL, max_tokens: 1, messages: [{ role: "user", content: "hi" }] })).status).toBe(200);
+  expect((await ask({ url: started.url }, "POST", "/v1/chat/completions", { model: MODEL, max_tokens: 1, messages: [{ role: "user", content: "hi" }] })).status).toBe(200);
+  generations = 1;
+  return started;
+}
+beforeAll(async () => {
+  stack = await startUsageStack("bun");
 });
 afterAll(async () => {
   await stack?.stop();
@@ -46,11 +55,9 @@ function fromAnthropic(usage: { input_tokens: number; cache_read_input_tokens?: 
 /** How llama-server's message_start is told from ours: its ids are chatcmpl-…, ours msg_…. */
 const fromLlamaServer = (id: string) => id.startsWith("chatcmpl-");
 
-/** Streams seen whose message_start was ours (llama-server had left it out). */
-let messageStartsPutIn = 0;
-
 /** An Anthropic stream through the official client: its events checked, its final usage. */
 async function anthropicStream(body: Anthropic.MessageCreateParamsNonStreaming): Promise<Reported> {
+  generations++;
   const events: Anthropic.RawMessageStreamEvent[] = [];
   const messages = anthropic().messages.stream(body);
   for await (const event of messages) events.push(event);
@@ -63,7 +70,6 @@ async function anthropicStream(body: Anthropic.MessageCreateParamsNonStreaming):
   expect(delta.usage).toMatchObject(input);
   expect(final.usage).toMatchObject({ ...input, output_tokens: delta.usage.output_tokens });
   if (fromLlamaServer(start.message.id)) return fromAnthropic(final.usage);
-  messageStartsPutIn++;
   return { ...fromAnthropic(final.usage), putIn: true };
 }
 
@@ -71,6 +77,7 @@ const DIALECTS: Record<string, Dialect> = {
   async "anthropic messages"(text, stream) {
     const body = { model: MODEL, max_tokens: MAX_TOKENS, messages: [{ role: "user" as const, content: text }] };
     if (!stream) {
+      generations++;
       const message = await anthropic().messages.create(body);
       expect(message.usage.cache_creation_input_tokens).toBe(0);
       return fromAnthropic(message.usage);
@@ -78,6 +85,7 @@ const DIALECTS: Record<string, Dialect> = {
     return anthropicStream(body);
   },
   async "openai chat completions"(text, stream) {
+    generations++;
     const body = { model: MODEL, max_tokens: MAX_TOKENS, messages: [{ role: "user" as const, content: text }] };
     let usage: OpenAI.CompletionUsage | undefined;
     if (stream) {
@@ -88,6 +96,7 @@ const DIALECTS: Record<string, Dialect> = {
     return { prompt: usage!.prompt_tokens, cached: usage!.prompt_tokens_details!.cached_tokens!, output: usage!.completion_tokens };
   },
   async "openai responses"(text, stream) {
+    generations++;
     const body = { model: MODEL, max_output_tokens: MAX_TOKENS, input: text, store: false };
     let usage: OpenAI.Responses.ResponseUsage | undefined;
     if (stream) {
@@ -99,10 +108,12 @@ const DIALECTS: Record<string, Dialect> = {
     return { prompt: usage!.input_tokens, cached: usage!.input_tokens_details.cached_tokens, output: usage!.output_tokens };
   },
   async "ollama chat"(text, stream) {
+    generations++;
     const body = { model: MODEL, messages: [{ role: "user", content: text }], options: { num_predict: MAX_TOKENS } };
     return fromOllama(stream ? await lastOf(await ollama().chat({ ...body, stream: true })) : await ollama().chat({ ...body, stream: false }));
   },
   async "ollama generate"(text, stream) {
+    generations++;
     const body = { model: MODEL, prompt: text, options: { num_predict: MAX_TOKENS } };
     return fromOllama(stream ? await lastOf(await ollama().generate({ ...body, stream: true })) : await ollama().generate({ ...body, stream: false }));
   },
@@ -144,15 +155,23 @@ async function loggedTasks(): Promise<Logged[]> {
   return generated.map((m) => ({ task: Number(m[1]), processed: processed.get(Number(m[1])) ?? 0, generated: Number(m[2]) }));
 }
 
-/** The task llama-server logged after `before` (its log is written a little after the answer). */
+/**
+ * The last task llama-server has logged once every generation asked so far is in its log (it is
+ * written a little after the answer: on some runtimes the client has the answer first).
+ */
+async function lastTask(): Promise<number> {
+  let tasks: Logged[] = [];
+  await until(async () => (tasks = await loggedTasks()).length >= generations, "llama-server's log of the requests so far");
+  return Math.max(-1, ...tasks.map((t) => t.task));
+}
+
+/** The one task llama-server logged after `before`: the request just answered. */
 async function nextTask(before: number): Promise<Logged> {
-  let found: Logged[] = [];
-  await until(async () => (found = (await loggedTasks()).filter((t) => t.task > before)).length > 0, "llama-server's log of the request");
+  await lastTask();
+  const found = (await loggedTasks()).filter((t) => t.task > before);
   expect(found).toHaveLength(1);
   return found[0]!;
 }
-
-const lastTask = async () => Math.max(-1, ...(await loggedTasks()).map((t) => t.task));
 
 async function ledgerTotal(): Promise<{ requests: number; prompt_tokens: number; completion_tokens: number }> {
   return (await ask({ url: stack.url }, "GET", "/engines/usage")).json().total;
@@ -194,62 +213,67 @@ describe.each(Object.keys(DIALECTS))("%s", (name) => {
   });
 });
 
-describe("several streams at once", () => {
-  it.each(Object.keys(DIALECTS))("%s: 12 long prompts, 4 at a time, each with its whole prompt counted", async (name) => {
-    const texts = Array.from({ length: 12 }, (_, i) => prompt(`${name} ${i}`));
-    const sizes = await Promise.all(texts.map(promptSize));
-    const ledger = await ledgerTotal();
-    const reported: Reported[] = [];
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: 4 }, async () => {
-        while (next < texts.length) {
-          const i = next++;
-          reported[i] = await DIALECTS[name]!(texts[i]!, true);
-        }
-      }),
-    );
-    expect(reported.map((r) => r.prompt)).toEqual(sizes);
-    expect(reported.every((r) => r.cached < r.prompt)).toBe(true);
-    await until(async () => (await ledgerTotal()).requests >= ledger.requests + texts.length, "the ledger's count");
-    const after = await ledgerTotal();
-    const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
-    expect({ prompt: after.prompt_tokens - ledger.prompt_tokens, output: after.completion_tokens - ledger.completion_tokens }).toEqual({
-      prompt: sum(sizes),
-      output: sum(reported.map((r) => r.output)),
-    });
+/** 12 long prompts streamed 4 at a time: each with its whole prompt counted, the ledger the same. */
+async function streamsAtOnce(name: string): Promise<void> {
+  const texts = Array.from({ length: 12 }, (_, i) => prompt(`${name} ${i}`));
+  const sizes = await Promise.all(texts.map(promptSize));
+  const ledger = await ledgerTotal();
+  const reported: Reported[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 4 }, async () => {
+      while (next < texts.length) {
+        const i = next++;
+        reported[i] = await DIALECTS[name]!(texts[i]!, true);
+      }
+    }),
+  );
+  expect(reported.map((r) => r.prompt)).toEqual(sizes);
+  expect(reported.every((r) => r.cached < r.prompt)).toBe(true);
+  await until(async () => (await ledgerTotal()).requests >= ledger.requests + texts.length, "the ledger's count");
+  const after = await ledgerTotal();
+  const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);
+  expect({ prompt: after.prompt_tokens - ledger.prompt_tokens, output: after.completion_tokens - ledger.completion_tokens }).toEqual({
+    prompt: sum(sizes),
+    output: sum(reported.map((r) => r.output)),
   });
+}
 
-  it("some of those Anthropic streams lacked llama-server's message_start (the case these tests are for)", () => {
-    expect(messageStartsPutIn).toBeGreaterThan(0);
-  });
+describe("several streams at once", () => {
+  it.each(Object.keys(DIALECTS))("%s: 12 long prompts, 4 at a time, each with its whole prompt counted", streamsAtOnce);
 });
 
-describe("an Anthropic stream without llama-server's message_start, still generating when it is asked", () => {
-  it("has its cached part as llama-server counted it, read from the runner's slots", async () => {
-    const base = prompt("slots");
-    await anthropicStream({ model: MODEL, max_tokens: 1, messages: [{ role: "user", content: base }] });
-    // The same prefix with a new tail each time (a first token of its own) until llama-server leaves
-    // out a stream's message_start (one stream in two, on random weights) in a generation still
-    // running when it is asked about; one that has ended has its cached part unknown (all input).
-    for (let tries = 0; tries < 60; tries++) {
-      const text = `${base} Question ${tries}?`;
-      const before = await lastTask();
-      const reported = await anthropicStream({ model: MODEL, max_tokens: 400, messages: [{ role: "user", content: text }] });
-      const logged = await nextTask(before);
-      if (!reported.putIn) continue;
-      const size = await promptSize(text);
-      const counted = { prompt: size, cached: size - logged.processed, output: logged.generated, putIn: true };
-      expect(counted.cached).toBeGreaterThan(size / 2);
-      if (reported.cached === 0) {
-        expect(reported).toEqual({ ...counted, cached: 0 });
-        continue;
-      }
-      expect(reported).toEqual(counted);
-      return;
+/**
+ * An Anthropic stream without llama-server's message_start, still generating when it is asked about,
+ * has its cached part as llama-server counted it.
+ */
+async function cachedPartFromSlots(): Promise<void> {
+  const base = prompt("slots");
+  await anthropicStream({ model: MODEL, max_tokens: 1, messages: [{ role: "user", content: base }] });
+  // The same prefix with a new tail each time (a first token of its own) until llama-server leaves
+  // out a stream's message_start (one stream in a few, on random weights) in a generation still
+  // running when it is asked about; one that has ended has its cached part unknown (all input).
+  for (let tries = 0; tries < 100; tries++) {
+    const text = `${base} Question ${tries}?`;
+    const before = await lastTask();
+    const reported = await anthropicStream({ model: MODEL, max_tokens: 400, messages: [{ role: "user", content: text }] });
+    const logged = await nextTask(before);
+    if (!reported.putIn) continue;
+    const size = await promptSize(text);
+    const counted = { prompt: size, cached: size - logged.processed, output: logged.generated, putIn: true };
+    expect(counted.cached).toBeGreaterThan(size / 2);
+    if (reported.cached === 0) {
+      expect(reported).toEqual({ ...counted, cached: 0 });
+      continue;
     }
-    throw new Error("in 60 streams, none lacked message_start in a generation still running when asked");
-  });
+    expect(reported).toEqual(counted);
+    return;
+  }
+  throw new Error("in 100 streams, none lacked message_start in a generation still running when asked");
+}
+
+describe("an Anthropic stream without llama-server's message_start, still generating when it is asked", () => {
+  it("has its cached part as llama-server counted it, read from the runner's slots", cachedPartFromSlots);
 });
 
 describe("counting tokens", () => {
@@ -262,4 +286,20 @@ describe("counting tokens", () => {
     const after = await ledgerTotal();
     expect([after.requests - ledger.requests, after.prompt_tokens - ledger.prompt_tokens, after.completion_tokens - ledger.completion_tokens]).toEqual([1, 0, 0]);
   });
+});
+
+// The reshaped stream and the runner's side questions (a POST with the body, a GET) on the other runtimes.
+describe.each(["node", "deno"] as const)("under %s", (runtime) => {
+  let bun: { stack: Stack; generations: number };
+  beforeAll(async () => {
+    bun = { stack, generations };
+    stack = await startUsageStack(runtime);
+  });
+  afterAll(async () => {
+    await stack?.stop();
+    ({ stack, generations } = bun);
+  });
+
+  it("Anthropic streams: 12 long prompts, 4 at a time, each with its whole prompt counted", () => streamsAtOnce("anthropic messages"));
+  it("an Anthropic stream without llama-server's message_start has its cached part from the runner's slots", cachedPartFromSlots);
 });
