@@ -46,8 +46,15 @@ async function inDialect(response: Response): Promise<Response> {
 /** A whole message of llama-server's with Anthropic's full usage (see anthropic-usage.ts); anything else as it is. */
 async function withUsage(response: Response): Promise<Response> {
   if (response.status !== 200 || !response.headers.get("content-type")?.startsWith("application/json")) return response;
-  const message = (await response.json()) as { usage?: Record<string, unknown> };
-  return new Response(JSON.stringify(withFullUsage(message)), response);
+  const text = await response.text();
+  let message: unknown;
+  try {
+    message = JSON.parse(text);
+  } catch {
+    return new Response(text, response); // not ours to judge: it goes on as it came
+  }
+  const isMessage = typeof message === "object" && message !== null && !Array.isArray(message);
+  return new Response(isMessage ? JSON.stringify(withFullUsage(message as { usage?: Record<string, unknown> })) : text, response);
 }
 
 export function anthropicRoutes(deps: InferenceDeps): Route[] {
