@@ -8,6 +8,7 @@ import { ask } from "../support/http.ts";
 import { until } from "../support/until.ts";
 import { startStack, type Stack } from "./harness.ts";
 import type { RuntimeName } from "../support/server-process.ts";
+import { CHAT_MODEL, TIME_PARAMETERS, WEATHER_PARAMETERS } from "../support/chat-model.ts";
 
 // Usage an agent can trust: in every dialect, streamed or whole, through its official client, the
 // prompt, cached and completion tokens are those llama-server counted for that very request: the
@@ -22,7 +23,9 @@ let stack: Stack;
 let generations = 0;
 async function startUsageStack(runtime: RuntimeName): Promise<Stack> {
   // A context of 4096 a slot (four slots): room for prompts of a few thousand tokens.
-  const started = await startStack({ runtime, models: [], shaped: { "ai/long": { seed: 3, context: 16_384 } } });
+  // ai/chat (a tool-calling template) is only pulled: its runner loads in the last tests under Bun,
+  // after those that read the runner log of ai/long.
+  const started = await startStack({ runtime, models: [], shaped: { "ai/long": { seed: 3, context: 16_384 }, "ai/chat": CHAT_MODEL } });
   // Loaded, so that its runner's socket is there to ask.
   expect((await ask({ url: started.url }, "POST", "/v1/chat/completions", { model: MODEL, max_tokens: 1, messages: [{ role: "user", content: "hi" }] })).status).toBe(200);
   generations = 1;
@@ -285,6 +288,37 @@ describe("counting tokens", () => {
     await until(async () => (await ledgerTotal()).requests > ledger.requests, "the ledger's count");
     const after = await ledgerTotal();
     expect([after.requests - ledger.requests, after.prompt_tokens - ledger.prompt_tokens, after.completion_tokens - ledger.completion_tokens]).toEqual([1, 0, 0]);
+  });
+});
+
+describe("an agent's request: system blocks and tools (the chat model's tool template)", () => {
+  const body: Anthropic.MessageCreateParamsNonStreaming = {
+    model: "ai/chat",
+    max_tokens: 200,
+    system: [
+      { type: "text", text: "x-anthropic-billing-header: cc_version=1; cc_entrypoint=sdk-cli;" },
+      { type: "text", text: `You are a coding agent. ${"Read the code before you change it. ".repeat(20)}` },
+    ],
+    tools: [
+      { name: "get_weather", description: "The weather in a city", input_schema: WEATHER_PARAMETERS as Anthropic.Tool.InputSchema },
+      { name: "get_time", description: "The time in a zone", input_schema: TIME_PARAMETERS as Anthropic.Tool.InputSchema },
+    ],
+    messages: [{ role: "user", content: "Fix the failing test in main.ts, then run the tests again." }],
+  };
+
+  it("llama-server's count_tokens of the body as sent (how a stream without message_start is counted) is the prompt it generates from; streams report it", async () => {
+    const whole = fromAnthropic((await anthropic().messages.create(body)).usage);
+    expect(whole.prompt).toBeGreaterThan(500);
+    const sockets = (await readdir(join(stack.dir, "run"))).filter((name) => name.endsWith(".sock"));
+    const counts = await Promise.all(
+      sockets.map(async (socket) => (await ask({ socketPath: join(stack.dir, "run", socket) }, "POST", "/v1/messages/count_tokens", { ...body, stream: true })).json().input_tokens as number),
+    );
+    expect(counts).toContain(whole.prompt); // the chat model's runner (the other one's template differs)
+    for (let i = 0; i < 3; i++) {
+      const reported = await anthropicStream(body);
+      expect(reported.prompt).toBe(whole.prompt);
+      expect([whole.prompt - 1, ...(reported.putIn ? [0] : [])]).toContain(reported.cached);
+    }
   });
 });
 
