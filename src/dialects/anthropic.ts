@@ -2,12 +2,15 @@ import { HttpError } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { counted, infer, type InferenceDeps } from "../inference/routes.ts";
 import type { Endpoint } from "../inference/requests.ts";
+import type { Reshape } from "../inference/forward.ts";
+import { completeUsage, promptUsage, withFullUsage } from "./anthropic-usage.ts";
 import { upstreamError } from "./upstream-error.ts";
 
 // Anthropic's Messages API (what Claude Code and the Anthropic SDKs speak). llama-server serves it
-// natively, so this is a route table plus forwarding, byte for byte, SSE events included; only
-// errors are ours to shape: Anthropic's envelope `{"type":"error","error":{"type","message"}}`,
-// for our own refusals and for llama-server's (which answers in OpenAI's shape).
+// natively, so this is a route table plus forwarding; ours to shape are the errors (Anthropic's
+// envelope `{"type":"error","error":{"type","message"}}`, for our own refusals and for
+// llama-server's, which answers in OpenAI's shape) and the usage, which llama-server says in part
+// (see anthropic-usage.ts).
 
 const BASES = ["/v1", "/anthropic/v1", "/engines/v1", "/engines/llama.cpp/v1"];
 const ENDPOINTS: Endpoint[] = ["messages", "messages/count_tokens"];
@@ -40,57 +43,28 @@ async function inDialect(response: Response): Promise<Response> {
   return errorResponse(status, message, headers);
 }
 
-/**
- * llama-server (v0.5.0) leaves out a stream's first event, `message_start`, in many concurrent
- * streams (measured straight on its socket: 114 to 245 of 400 streams, 4 at a time); Anthropic's
- * SDK then fails ("request ended without sending any chunks"). When the first event is anything
- * else, one is put before it; every byte after passes as it came.
- */
-export function withMessageStart(model: string): TransformStream<Uint8Array, Uint8Array> {
-  const decoder = new TextDecoder();
-  let head = "";
-  let checked = false;
-  return new TransformStream({
-    transform(chunk, controller) {
-      if (checked) return controller.enqueue(chunk);
-      head += decoder.decode(chunk, { stream: true });
-      if (!head.includes("\n\n") && head.length < 64) return; // not enough to tell yet
-      checked = true;
-      if (!head.startsWith("event: message_start")) controller.enqueue(new TextEncoder().encode(messageStart(model)));
-      controller.enqueue(new TextEncoder().encode(head));
-    },
-    flush(controller) {
-      if (!checked && head) controller.enqueue(new TextEncoder().encode(head));
-    },
-  });
-}
-
-function messageStart(model: string): string {
-  const message = {
-    id: `msg_${crypto.randomUUID().replaceAll("-", "")}`,
-    type: "message",
-    role: "assistant",
-    content: [],
-    model,
-    stop_reason: null,
-    stop_sequence: null,
-    usage: { input_tokens: 0, output_tokens: 0 },
-  };
-  return `event: message_start\ndata: ${JSON.stringify({ type: "message_start", message })}\n\n`;
-}
-
-/** A streamed answer of /v1/messages with its first event made sure of. */
-function streamed(response: Response, model: string): Response {
-  if (!response.body || !response.headers.get("content-type")?.startsWith("text/event-stream")) return response;
-  return new Response(response.body.pipeThrough(withMessageStart(model)), response);
+/** A whole message of llama-server's with Anthropic's full usage (see anthropic-usage.ts); anything else as it is. */
+async function withUsage(response: Response): Promise<Response> {
+  if (response.status !== 200 || !response.headers.get("content-type")?.startsWith("application/json")) return response;
+  const text = await response.text();
+  let message: unknown;
+  try {
+    message = JSON.parse(text);
+  } catch {
+    return new Response(text, response); // not ours to judge: it goes on as it came
+  }
+  const isMessage = typeof message === "object" && message !== null && !Array.isArray(message);
+  return new Response(isMessage ? JSON.stringify(withFullUsage(message as { usage?: Record<string, unknown> })) : text, response);
 }
 
 export function anthropicRoutes(deps: InferenceDeps): Route[] {
   const handle = (endpoint: Endpoint) => async (request: Request) => {
     try {
+      if (endpoint !== "messages") return await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, { errorEvent })));
       let model = "";
-      const response = await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, { errorEvent, requestedAs: (m) => (model = m) })));
-      return endpoint === "messages" ? streamed(response, model) : response;
+      const reshape: Reshape = (answer, runner) => answer.pipeThrough(completeUsage(model, () => promptUsage(runner)));
+      const options = { errorEvent, requestedAs: (m: string) => (model = m), reshape };
+      return await withUsage(await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, options))));
     } catch (error) {
       if (!(error instanceof HttpError)) throw error;
       return errorResponse(error.status, error.message, error.headers);

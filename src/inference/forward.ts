@@ -45,7 +45,20 @@ export type Forwarded = {
   bounds?: Pick<Bounds, "timeoutMs" | "clientStallMs">;
   /** The key's name, told to a runner that keeps prompt caches per key (src/slot-cache/per-key.ts). */
   key?: string | undefined;
+  /** A dialect's rewrite of a streamed answer: applied before it is timed and counted. */
+  reshape?: Reshape;
 };
+
+/** Questions to the runner a request's answer came from, about that request. */
+export type RunnerQuestions = {
+  /** Posts the request's body to another path (e.g. to count its prompt). */
+  post(path: string): Promise<Response>;
+  /** Gets a path (e.g. the slots' state). */
+  get(path: string): Promise<Response>;
+};
+
+/** Rewrites a streamed answer of the runner, which it may ask about the request (see RunnerQuestions). */
+export type Reshape = (answer: ReadableStream<Uint8Array>, runner: RunnerQuestions) => ReadableStream<Uint8Array>;
 
 /**
  * The time our process spent on a request, outside the runner: from its arrival to the answer's
@@ -129,7 +142,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
   };
   const relayed = relay(
-    upstream.body,
+    forwarded.reshape ? forwarded.reshape(upstream.body, questions(forwarded)) : upstream.body,
     { died: call.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
@@ -188,6 +201,15 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   };
   // Callbacks, not an async frame with a loop: most requests go once, and pay for no frame.
   return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
+}
+
+/** Side questions to the request's runner (never retried: they are not the answer), dropped if its client leaves. */
+function questions({ lease, body, request }: Forwarded): RunnerQuestions {
+  const { signal } = request;
+  return {
+    post: (path) => lease.fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, signal }),
+    get: (path) => lease.fetch(`http://runner${path}`, { signal }),
+  };
 }
 
 function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {

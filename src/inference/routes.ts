@@ -10,13 +10,14 @@ import type { Lane } from "../scheduler/types.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
 import { policeBody, type BodyPolicy } from "./body-policy.ts";
 import type { MediaInliner } from "./media/fetch.ts";
-import { forward, type ErrorEvent } from "./forward.ts";
+import { forward, type ErrorEvent, type Reshape } from "./forward.ts";
 import { boundTokens, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 import { structuredRequest } from "./structured.ts";
 import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
 import { bothTimers, type Meter, type Ticket } from "./usage/meter.ts";
+import type { RequestTimer } from "./latency.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -102,6 +103,8 @@ export type InferOptions = {
    * and checked as any body, instead of read from `request`, whose signal and headers still count.
    */
   json?: unknown;
+  /** Rewrites a streamed answer before it is timed, counted and sent (see Forwarded's `reshape`). */
+  reshape?: Reshape;
 };
 
 /**
@@ -167,11 +170,20 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
   const timed = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
-  const timer = account.ticket ? bothTimers(timed, account.ticket.timer) : timed;
+  const timer = account.ticket ? bothTimers(timed, UNTOKENED.has(endpoint) ? tokenless(account.ticket.timer) : account.ticket.timer) : timed;
   const clock = { startedAt, waitedMs };
   const key = deps.promptsPerKey ? caller.name : undefined;
-  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key });
+  return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key, reshape: options.reshape });
 }
+
+/**
+ * Endpoints that count or turn text into tokens and process none: each is a request for the ledger,
+ * but the tokens its answer names (count_tokens' `input_tokens`) are not used, nor held to a key's limit.
+ */
+const UNTOKENED = new Set<Endpoint>(["messages/count_tokens", "tokenize", "detokenize"]);
+
+/** A timer told of the answer's end but not of its text (so no tokens are read from it). */
+const tokenless = (timer: RequestTimer): RequestTimer => ({ firstByte: () => timer.firstByte(), end: (ok) => timer.end(ok, "") });
 
 /** Room for the token limit the bound adds to a body that was at the size limit. */
 const BOUND_FIELD_BYTES = 64;

@@ -111,9 +111,9 @@ describe("requests", () => {
 });
 
 describe("answers", () => {
-  const timings = { prompt_n: 10, prompt_ms: 5, predicted_n: 4, predicted_ms: 20 };
+  const timings = { cache_n: 6, prompt_n: 10, prompt_ms: 5, predicted_n: 4, predicted_ms: 20 };
 
-  it("a chat answer with Ollama's counters in nanoseconds", () => {
+  it("a chat answer with Ollama's counters in nanoseconds; the prompt counted whole, its cached part apart", () => {
     const answer = t.chatAnswer("m", { choices: [{ message: { role: "assistant", content: "hi", reasoning_content: "think" }, finish_reason: "stop" }], timings }, clock);
     expect(answer).toEqual({
       model: "m",
@@ -123,7 +123,8 @@ describe("answers", () => {
       done_reason: "stop",
       total_duration: 1_000_000_000,
       load_duration: 250_000_000,
-      prompt_eval_count: 10,
+      prompt_eval_count: 16,
+      prompt_eval_cached_count: 6,
       prompt_eval_duration: 5_000_000,
       eval_count: 4,
       eval_duration: 20_000_000,
@@ -137,11 +138,12 @@ describe("answers", () => {
   });
 
   it("a generate answer from a raw completion, cut at the length limit", () => {
-    expect(t.generateAnswer("m", { choices: [{ text: "abc", finish_reason: "length" }], usage: { prompt_tokens: 3, completion_tokens: 2 } }, clock)).toMatchObject({
+    expect(t.generateAnswer("m", { choices: [{ text: "abc", finish_reason: "length" }], usage: { prompt_tokens: 3, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 1 } } }, clock)).toMatchObject({
       response: "abc",
       done: true,
       done_reason: "length",
       prompt_eval_count: 3,
+      prompt_eval_cached_count: 1,
       eval_count: 2,
     });
   });
@@ -169,13 +171,13 @@ describe("streams", () => {
       delta({ content: "Hel" }),
       delta({ content: "lo" }),
       delta({}, "length"),
-      sse({ choices: [], usage: { prompt_tokens: 2, completion_tokens: 2 }, timings: { prompt_n: 2, prompt_ms: 1, predicted_n: 2, predicted_ms: 3 } }),
+      sse({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 2 }, timings: { cache_n: 3, prompt_n: 2, prompt_ms: 1, predicted_n: 2, predicted_ms: 3 } }),
       "data: [DONE]\n\n",
     ].join("");
     const cuts = [whole.slice(0, 7), whole.slice(7, 100), whole.slice(100, 101), whole.slice(101)];
     const lines = await translate("chat", cuts);
     expect(lines.map((l) => (l.message as { content: string }).content)).toEqual(["Hel", "lo", ""]);
-    expect(lines.at(-1)).toMatchObject({ done: true, done_reason: "length", prompt_eval_count: 2, eval_count: 2, eval_duration: 3_000_000 });
+    expect(lines.at(-1)).toMatchObject({ done: true, done_reason: "length", prompt_eval_count: 5, prompt_eval_cached_count: 3, eval_count: 2, eval_duration: 3_000_000 });
     expect(lines.slice(0, -1).every((l) => l.done === false)).toBe(true);
   });
 

@@ -1,5 +1,4 @@
 import Anthropic from "@anthropic-ai/sdk";
-import { withMessageStart } from "../../src/dialects/anthropic.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
@@ -85,8 +84,9 @@ describe("errors in Anthropic's envelope", () => {
   });
 });
 
-// llama-server v0.5.0 leaves out message_start in many concurrent streams (measured on its own
-// socket: 114-245 of 400); the SDK then fails with "request ended without sending any chunks".
+// llama-server v0.5.0 leaves out message_start when the first token it generates ends in the middle
+// of a character (on its own socket: 114-245 of 400 streams of these random weights, 4 at a time;
+// one at a time too); the SDK then fails with "request ended without sending any chunks".
 describe("every stream begins with message_start", () => {
   it("through us, 4 streams at a time", async () => {
     const failures: string[] = [];
@@ -101,26 +101,5 @@ describe("every stream begins with message_start", () => {
       }),
     );
     expect(failures).toEqual([]);
-  });
-
-  const run = async (chunks: string[]) => {
-    const source = new ReadableStream<Uint8Array>({
-      start(controller) {
-        for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
-        controller.close();
-      },
-    });
-    return new Response(source.pipeThrough(withMessageStart("ai/tiny"))).text();
-  };
-
-  it("puts one before a stream that lacks it, even when its first event comes in pieces", async () => {
-    const text = await run(["event: content_block_st", 'art\ndata: {"type":"content_block_start"}\n\n', "event: message_stop\ndata: {}\n\n"]);
-    expect(text).toMatch(/^event: message_start\ndata: \{"type":"message_start","message":\{"id":"msg_\w+","type":"message","role":"assistant","content":\[\],"model":"ai\/tiny"/);
-    expect(text.endsWith('event: content_block_start\ndata: {"type":"content_block_start"}\n\nevent: message_stop\ndata: {}\n\n')).toBe(true);
-  });
-
-  it("leaves a stream that has it as it came", async () => {
-    const chunks = ['event: message_start\ndata: {"type":"message_start"}\n\n', "event: message_stop\ndata: {}\n\n"];
-    expect(await run(chunks)).toBe(chunks.join(""));
   });
 });

@@ -40,8 +40,8 @@ export type OllamaGenerate = {
 
 export type OpenAIToolCall = { id?: string; type?: string; index?: number; function?: { name?: string; arguments?: string } };
 export type OpenAIMessage = { role?: string; content?: string | null; reasoning_content?: string | null; tool_calls?: OpenAIToolCall[] };
-export type Timings = { prompt_n?: number; prompt_ms?: number; predicted_n?: number; predicted_ms?: number };
-export type Usage = { prompt_tokens?: number; completion_tokens?: number };
+export type Timings = { cache_n?: number; prompt_n?: number; prompt_ms?: number; predicted_n?: number; predicted_ms?: number };
+export type Usage = { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } };
 export type OpenAIAnswer = {
   choices?: { message?: OpenAIMessage; delta?: OpenAIMessage; text?: string; finish_reason?: string | null }[];
   usage?: Usage;

@@ -130,15 +130,21 @@ export function generateRequest(body: OllamaGenerate, stream: boolean): { endpoi
   return { endpoint: "chat/completions", body: chatRequest({ model, messages, format, ...(options ? { options } : {}), ...(think !== undefined ? { think } : {}) }, stream) };
 }
 
-/** What Ollama reports at the end of an answer, in nanoseconds, from llama-server's timings. */
 export type Clock = { startedAt: number; loadedAt: number; now: number };
 
+/**
+ * What Ollama reports at the end of an answer, durations in nanoseconds, from llama-server's timings.
+ * As Ollama itself does since it runs llama-server (0.30): `prompt_eval_count` is the whole prompt,
+ * cached tokens included (what clients size a context by), `prompt_eval_cached_count` the part taken
+ * from the cache; `prompt_eval_duration` is the time spent on the rest.
+ */
 export function counters(usage: Usage | undefined, timings: Timings | undefined, clock: Clock): Record<string, number> {
   const ns = (ms: number | undefined) => Math.round((ms ?? 0) * 1e6);
   return {
     total_duration: ns(clock.now - clock.startedAt),
     load_duration: ns(clock.loadedAt - clock.startedAt),
-    prompt_eval_count: timings?.prompt_n ?? usage?.prompt_tokens ?? 0,
+    prompt_eval_count: timings ? (timings.cache_n ?? 0) + (timings.prompt_n ?? 0) : (usage?.prompt_tokens ?? 0),
+    prompt_eval_cached_count: timings?.cache_n ?? usage?.prompt_tokens_details?.cached_tokens ?? 0,
     prompt_eval_duration: ns(timings?.prompt_ms),
     eval_count: timings?.predicted_n ?? usage?.completion_tokens ?? 0,
     eval_duration: ns(timings?.predicted_ms),

@@ -3,7 +3,8 @@ import { timingsIn } from "../latency.ts";
 // A request's tokens as llama-server counted them, read from the text of its answer's start and end
 // (never parsed whole: a stream is not kept). Each dialect's answer says it its own way: `timings`
 // (OpenAI chat and completions, Responses), OpenAI's `usage` (embeddings, rerank), Anthropic's
-// `usage` (input tokens in a stream's first event, cached ones apart; output tokens in its last).
+// `usage`: the prompt in three parts (input, read from the cache, written to it), which a stream's
+// last usage (`message_delta`, made whole by src/dialects/anthropic-usage.ts) repeats beside its output.
 
 export type TokenCounts = { prompt: number; completion: number };
 
@@ -16,9 +17,8 @@ const number = (text: string, field: string, which: "first" | "last"): number | 
 export function tokenCounts(text: string): TokenCounts {
   const timings = timingsIn(text);
   if (timings) return { prompt: (timings.cache_n ?? 0) + (timings.prompt_n ?? 0), completion: timings.predicted_n ?? 0 };
-  const prompt = number(text, "prompt_tokens", "first");
-  if (prompt !== undefined) return { prompt, completion: number(text, "completion_tokens", "last") ?? 0 };
-  const input = number(text, "input_tokens", "first");
-  const cached = number(text, "cache_read_input_tokens", "first") ?? 0;
-  return { prompt: input === undefined ? 0 : input + cached, completion: number(text, "output_tokens", "last") ?? 0 };
+  const promptTokens = number(text, "prompt_tokens", "first");
+  if (promptTokens !== undefined) return { prompt: promptTokens, completion: number(text, "completion_tokens", "last") ?? 0 };
+  const prompt = ["input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"].reduce((sum, field) => sum + (number(text, field, "last") ?? 0), 0);
+  return { prompt, completion: number(text, "output_tokens", "last") ?? 0 };
 }
