@@ -32,10 +32,11 @@ export function withFullUsage(message: { usage?: Usage }): object {
  * used), its cached part from its slots, where the slots at work that took a prompt of that size all
  * took the same part from the cache. Those are a moment's state, not this request's own record: a
  * generation that has ended (its slot at rest) or two prompts of one size with different cached parts
- * leave the part unknown, and all of the prompt is then counted as input.
+ * leave the part unknown, and all of the prompt is then counted as input. Without `split` (prompt
+ * caches kept per key: the slots' state may be another key's) the part is never looked for.
  */
-export async function promptUsage(runner: RunnerQuestions): Promise<InputUsage | undefined> {
-  const [size, slots] = await Promise.all([promptSize(runner), slotsAtWork(runner)]);
+export async function promptUsage(runner: RunnerQuestions, { split = true } = {}): Promise<InputUsage | undefined> {
+  const [size, slots] = await Promise.all([promptSize(runner), split ? slotsAtWork(runner) : []]);
   if (size === undefined) return undefined;
   const parts = new Set(slots.filter((slot) => slot.n_prompt_tokens_cache + slot.n_prompt_tokens_processed === size).map((slot) => slot.n_prompt_tokens_cache));
   const cached = parts.size === 1 ? [...parts][0]! : 0;

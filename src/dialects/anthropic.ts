@@ -62,7 +62,7 @@ export function anthropicRoutes(deps: InferenceDeps): Route[] {
     try {
       if (endpoint !== "messages") return await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, { errorEvent })));
       let model = "";
-      const reshape: Reshape = (answer, runner) => answer.pipeThrough(completeUsage(model, () => promptUsage(runner)));
+      const reshape: Reshape = (answer, runner) => answer.pipeThrough(completeUsage(model, () => promptUsage(runner, { split: !deps.promptsPerKey })));
       const options = { errorEvent, requestedAs: (m: string) => (model = m), reshape };
       return await withUsage(await inDialect(await counted(deps.metrics, endpoint, () => infer(deps, endpoint, request, options))));
     } catch (error) {

@@ -80,6 +80,13 @@ describe("a prompt's usage asked of the runner", () => {
     expect(await promptUsage(runner(size, slots))).toEqual(expected);
   });
 
+  it("prompt caches kept per key: the slots (maybe another key's) are not asked, all of the prompt is input", async () => {
+    const asked: string[] = [];
+    const questions: RunnerQuestions = { post: async () => Response.json({ input_tokens: 100 }), get: async (path) => (asked.push(path), Response.json([slot(90, 10)])) };
+    expect(await promptUsage(questions, { split: false })).toEqual(usage(100, 0));
+    expect(asked).toEqual([]);
+  });
+
   it("a runner that fails to answer: nothing, and no error", async () => {
     const failing: RunnerQuestions = { post: () => Promise.reject(new Error("gone")), get: () => Promise.reject(new Error("gone")) };
     expect(await promptUsage(failing)).toBeUndefined();
