@@ -6,7 +6,8 @@ import * as z from "zod";
 import type { Caller } from "../keys/keyring.ts";
 import { shownBatch, type Batch, type Batches } from "./batches.ts";
 import { shown, type FileRecord, type FileStore } from "./files.ts";
-import { inTurn, type FileLimits } from "./quota.ts";
+import { inTurn } from "./in-turn.ts";
+import type { FileLimits } from "./quota.ts";
 import { uploadHandler } from "./upload.ts";
 import { BATCH_ENDPOINTS } from "./lines.ts";
 

@@ -3,7 +3,8 @@ import { badRequest, clientGone, HttpError } from "../http/errors.ts";
 import type { Caller } from "../keys/keyring.ts";
 import { shown, type FileStore, type Incoming } from "./files.ts";
 import { boundaryOf, MultipartError, readParts } from "./multipart.ts";
-import { heldBy, inTurn, overQuota, plus, type FileLimits, type Holding } from "./quota.ts";
+import { inTurn } from "./in-turn.ts";
+import { heldBy, overQuota, plus, type FileLimits, type Holding } from "./quota.ts";
 
 // POST /v1/files: the form streamed to disk as it arrives, held to the bytes actually received
 // (a Content-Length is only believed when it refuses early: a chunked body has none, and a body
@@ -48,13 +49,19 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
 
     const mine: Holding = { files: 1, bytes: 0 };
     receiving.set(owner, (receiving.get(owner) ?? new Set()).add(mine));
+    const release = () => {
+      receiving.get(owner)?.delete(mine);
+      if (receiving.get(owner)?.size === 0) receiving.delete(owner);
+    };
     /** The file's chunks, counted as they come and checked against the size bound and the quota. */
     async function* counted(content: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
       for await (const chunk of content) {
         mine.bytes += chunk.byteLength;
-        if (mine.bytes > limits.maxBytes) throw tooLarge(limits.maxBytes, refusing);
-        const over = overQuota(owner, plus(kept, underWay(owner)), limits, refusing);
-        if (over) throw over;
+        const refusal = mine.bytes > limits.maxBytes ? tooLarge(limits.maxBytes, refusing) : overQuota(owner, plus(kept, underWay(owner)), limits, refusing);
+        if (refusal) {
+          release(); // at once: the key's other uploads under way no longer count this one
+          throw refusal;
+        }
         yield chunk;
       }
     }
@@ -72,15 +79,14 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
         const over = overQuota(owner, plus(await stored(owner), underWay(owner)), limits);
         if (over) throw over;
         const file = await files.adopt(whole.path, { filename: form.filename || "upload.jsonl", purpose: "batch", owner });
-        receiving.get(owner)?.delete(mine); // counted in the store from now on
+        release(); // counted in the store from now on
         return file;
       });
       incoming = undefined;
       return Response.json(shown(created));
     } finally {
+      release();
       if (incoming) await files.discard(incoming);
-      receiving.get(owner)?.delete(mine);
-      if (receiving.get(owner)?.size === 0) receiving.delete(owner);
     }
   };
 }

@@ -17,7 +17,7 @@ import type { RuntimeName, ServerProcess } from "../support/server-process.ts";
 const runtimes: RuntimeName[] = ["bun", "node", "deno"];
 const KIB = 1024;
 const MIB = 1024 * KIB;
-const KEYS = { other: "sk-files-other-5d1f", bytes: "sk-files-bytes-9a0c", count: "sk-files-count-77e2", admin: "sk-files-admin-31b4" };
+const KEYS = { other: "sk-files-other-5d1f", bytes: "sk-files-bytes-9a0c", count: "sk-files-count-77e2", admin: "sk-files-admin-31b4", together: "sk-files-together-c2d8" };
 const BOUNDARY = "----files-test-b0undary";
 
 /** The form's bytes before and after the file's content. */
@@ -111,7 +111,7 @@ describe.each(runtimes)("OpenAI Files under %s", (runtime) => {
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), "llamadock-files-"));
-    await writeFile(join(dir, "keys"), `${KEYS.other} name=other\n${KEYS.bytes} name=bytes\n${KEYS.count} name=count\n${KEYS.admin} name=boss admin\n`);
+    await writeFile(join(dir, "keys"), `${KEYS.other} name=other\n${KEYS.bytes} name=bytes\n${KEYS.count} name=count\n${KEYS.admin} name=boss admin\n${KEYS.together} name=together\n`);
     const registry = { host: "127.0.0.1:9" } as Registry; // no model is pulled
     server = await startRunnerService(runtime, dir, registry, {
       API_KEYS_FILE: join(dir, "keys"),
@@ -184,6 +184,17 @@ describe.each(runtimes)("OpenAI Files under %s", (runtime) => {
     expect((await upload(port, { key: KEYS.other, pieces: pieces(file(), 64 * KIB) })).status).toBe(200);
     await client(KEYS.bytes).files.delete(kept[0]!);
     expect((await upload(port, { key: KEYS.bytes, pieces: [body], length: body.length })).status).toBe(200);
+  });
+
+  it("uploads of one key under way at once count together: those kept stay within its quota, the rest are cut", async () => {
+    const before = await onDisk();
+    const body = () => Buffer.concat([head(), randomBytes(900 * KIB), tail]);
+    const answers = await Promise.all([1, 2, 3].map(() => upload(port, { key: KEYS.together, pieces: pieces(body(), 32 * KIB), gapMs: 10 })));
+    const statuses = answers.map((a) => a.status).sort();
+    expect(statuses).toEqual([200, 200, 429]);
+    const kept = (await client(KEYS.together).files.list()).data;
+    expect(kept.reduce((sum, f) => sum + f.bytes, 0)).toBeLessThanOrEqual(2 * MIB);
+    expect(await onDisk()).toEqual({ data: before.data + 2, partial: [] });
   });
 
   it("the key's file quota, through the official client: the fourth file is 429 quota_exceeded, for an admin key too", async () => {
