@@ -29,9 +29,7 @@ const tooSlow = (ms: number) => new HttpError(408, "timeout_error", "upload_time
 const invalidForm = (message: string, headers: Record<string, string> = {}) => new HttpError(400, "invalid_request_error", "invalid_form", message, headers);
 
 export function uploadHandler(files: FileStore, limits: FileLimits, identify: (request: Request) => Caller) {
-  /** Each owner's uploads under way: a file each, with the bytes it has received so far. */
-  const receiving = new Map<string, Set<Holding>>();
-  const underWay = (owner: string) => [...(receiving.get(owner) ?? [])].reduce(plus, { files: 0, bytes: 0 });
+  const underWay = uploadsUnderWay();
   const stored = async (owner: string) => heldBy(await files.list(), owner);
   const turn = inTurn();
 
@@ -44,23 +42,19 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
     const owner = identify(request).name;
     // Refused before a byte is read: no room for another file, or for the file the length declares.
     const kept = await stored(owner);
-    const refusal = overQuota(owner, plus(plus(kept, underWay(owner)), { files: 1, bytes: Math.max(0, declared - FORM_BYTES) || 0 }), limits, refusing);
+    const declaredFile = { files: 1, bytes: Math.max(0, declared - FORM_BYTES) || 0 };
+    const refusal = overQuota(owner, plus(plus(kept, underWay.of(owner)), declaredFile), limits, refusing);
     if (refusal) throw refusal;
 
-    const mine: Holding = { files: 1, bytes: 0 };
-    receiving.set(owner, (receiving.get(owner) ?? new Set()).add(mine));
-    const release = () => {
-      receiving.get(owner)?.delete(mine);
-      if (receiving.get(owner)?.size === 0) receiving.delete(owner);
-    };
+    const mine = underWay.start(owner);
     /** The file's chunks, counted as they come and checked against the size bound and the quota. */
     async function* counted(content: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
       for await (const chunk of content) {
         mine.bytes += chunk.byteLength;
-        const refusal = mine.bytes > limits.maxBytes ? tooLarge(limits.maxBytes, refusing) : overQuota(owner, plus(kept, underWay(owner)), limits, refusing);
-        if (refusal) {
-          release(); // at once: the key's other uploads under way no longer count this one
-          throw refusal;
+        const over = mine.bytes > limits.maxBytes ? tooLarge(limits.maxBytes, refusing) : overQuota(owner, plus(kept, underWay.of(owner)), limits, refusing);
+        if (over) {
+          mine.release(); // at once: the key's other uploads under way no longer count this one
+          throw over;
         }
         yield chunk;
       }
@@ -76,18 +70,39 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
       // Checked again against the store as it is now (another upload of the key may have ended
       // meanwhile), and kept in the same turn.
       const created = await turn(owner, async () => {
-        const over = overQuota(owner, plus(await stored(owner), underWay(owner)), limits);
+        const over = overQuota(owner, plus(await stored(owner), underWay.of(owner)), limits);
         if (over) throw over;
         const file = await files.adopt(whole.path, { filename: form.filename || "upload.jsonl", purpose: "batch", owner });
-        release(); // counted in the store from now on
+        mine.release(); // counted in the store from now on
         return file;
       });
       incoming = undefined;
       return Response.json(shown(created));
     } finally {
-      release();
+      mine.release();
       if (incoming) await files.discard(incoming);
     }
+  };
+}
+
+/** Each owner's uploads under way: a file each, with the bytes it has received so far. */
+function uploadsUnderWay() {
+  const receiving = new Map<string, Set<Holding>>();
+  return {
+    of: (owner: string): Holding => [...(receiving.get(owner) ?? [])].reduce(plus, { files: 0, bytes: 0 }),
+    /** A new upload of `owner`: its bytes are added as they come; counted until released. */
+    start(owner: string): Holding & { release(): void } {
+      const upload = {
+        files: 1,
+        bytes: 0,
+        release() {
+          receiving.get(owner)?.delete(upload);
+          if (receiving.get(owner)?.size === 0) receiving.delete(owner);
+        },
+      };
+      receiving.set(owner, (receiving.get(owner) ?? new Set()).add(upload));
+      return upload;
+    },
   };
 }
 
