@@ -36,6 +36,7 @@ export interface FileStore {
   adopt(path: string, meta: Pick<FileRecord, "filename" | "purpose" | "owner">, id?: string): Promise<FileRecord>;
   get(id: string): Promise<FileRecord | undefined>;
   list(): Promise<FileRecord[]>;
+  /** The file's bytes whole, in memory (a batch's input, as the batch engine reads it today). */
   content(id: string): Promise<Uint8Array<ArrayBuffer>>;
   /** The file's bytes as a stream read from disk as its reader asks (never whole in memory). */
   stream(id: string): Promise<ReadableStream<Uint8Array>>;
@@ -82,7 +83,7 @@ export function createFileStore(dir: string): FileStore {
         for await (const chunk of content) {
           // Awaited: the next chunk is read only once this one is written, so a fast client is
           // paced by the disk instead of piling up in memory.
-          await file.write(chunk);
+          for (let at = 0; at < chunk.byteLength; ) at += (await file.write(chunk, at)).bytesWritten;
           bytes += chunk.byteLength;
         }
         await file.close();
