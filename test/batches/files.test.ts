@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startRunnerService } from "../inference/harness.ts";
 import type { Registry } from "../support/registry.ts";
 import type { RuntimeName, ServerProcess } from "../support/server-process.ts";
+import { until } from "../support/until.ts";
 
 // OpenAI Files as a shared runner must hold them, on each runtime, over real sockets: an upload
 // is bounded by the bytes that actually arrive (chunked, or with a Content-Length that lies), cut
@@ -169,6 +170,22 @@ describe.each(runtimes)("OpenAI Files under %s", (runtime) => {
     expect([promised.status, promised.json().error.code]).toEqual([408, "upload_timeout"]);
     expect(await onDisk()).toEqual(before);
     expect(await listed(KEYS.other)).toEqual([]);
+  });
+
+  it("a client that goes away mid-upload leaves nothing on disk", async () => {
+    const before = await onDisk();
+    const socket = connect(port, "127.0.0.1");
+    await new Promise((resolve) => socket.once("connect", resolve));
+    socket.write(`POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${KEYS.other}\r\nContent-Type: multipart/form-data; boundary=${BOUNDARY}\r\nTransfer-Encoding: chunked\r\n\r\n`);
+    const body = Buffer.concat([head(), randomBytes(256 * KIB)]);
+    socket.write(`${body.length.toString(16)}\r\n`);
+    socket.write(body);
+    // The partial file is there while the upload is under way...
+    await until(async () => (await onDisk()).partial.length === 1, "the upload's partial file");
+    socket.destroy();
+    // ...and gone once its client has left (or, at the latest, once the idle deadline has passed).
+    await until(async () => (await onDisk()).partial.length === 0, "the partial file removed");
+    expect(await onDisk()).toEqual(before);
   });
 
   it("the key's byte quota: an upload that would cross it is cut (429 quota_exceeded), refused at once when its length says so; room again after a delete", async () => {
