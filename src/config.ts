@@ -85,6 +85,12 @@ const Settings = z.object({
   // (the others wait their turn: the key with the fewest running first, then the oldest).
   BATCHES_PER_KEY: z.coerce.number().int().nonnegative().default(10),
   BATCHES_RUNNING: z.coerce.number().int().min(1).default(2),
+  // OpenAI Files: the largest upload, how long an upload may send nothing, and what each key may
+  // keep (its uploads and its batches' results; 0: no bound), admin keys and the Unix socket too.
+  FILE_MAX_BYTES: size("200MiB"),
+  FILE_UPLOAD_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).default(30_000),
+  KEY_MAX_FILES: z.coerce.number().int().nonnegative().default(100),
+  KEY_MAX_FILE_BYTES: z.string().regex(BYTES_PATTERN, "a size like 2GiB or 0 (no bound)").default("2GiB").transform(parseBytes),
   OPEN_PATHS: z.string().default("").transform((value) => value.split(",").map((s) => s.trim()).filter(Boolean)),
   ALLOW_UNAUTHENTICATED_REMOTE: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
@@ -219,6 +225,7 @@ function toConfig(s: z.infer<typeof Settings>) {
       pullParts: { streams: s.PULL_PARTS, minBytes: s.PULL_PART_MIN_BYTES },
     },
     pod: { pinnedModels: s.PINNED_MODELS, allowUnpinned: s.ALLOW_UNPINNED_MODELS },
+    files: { maxBytes: s.FILE_MAX_BYTES, idleTimeoutMs: s.FILE_UPLOAD_IDLE_TIMEOUT_MS, keyMaxFiles: s.KEY_MAX_FILES, keyMaxBytes: s.KEY_MAX_FILE_BYTES },
     inference: {
       maxRunners: s.INFERENCE_MAX_RUNNERS,
       slots: s.INFERENCE_SLOTS,

@@ -52,7 +52,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
   // Whom each request speaks for, by its key's name (see src/keys/keyring.ts).
   const keyring = createKeyring(config.security.keyEntries, config.security.keyDefaults, cameTrusted);
   const inference = createInference(config.inference, runtime, store, { admits: pinned.admits, identify: keyring.identify });
-  const batches = openBatches(config.inference.batches, inference.deps, keyring.identify);
+  const batches = openBatches(config.inference.batches, config.files, inference.deps, keyring.identify);
   // A request's work that fails with an error of ours is logged with the request and counted.
   const report = requestErrorReporter(() => inference.deps.metrics.countRequestError());
   const fetch = globalThis.fetch.bind(globalThis);

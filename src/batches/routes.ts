@@ -6,6 +6,9 @@ import * as z from "zod";
 import type { Caller } from "../keys/keyring.ts";
 import { shownBatch, type Batch, type Batches } from "./batches.ts";
 import { shown, type FileRecord, type FileStore } from "./files.ts";
+import { inTurn } from "./in-turn.ts";
+import type { FileLimits } from "./quota.ts";
+import { uploadHandler } from "./upload.ts";
 import { BATCH_ENDPOINTS } from "./lines.ts";
 
 // OpenAI's Files (`purpose: "batch"`) and Batch API, under every base path clients use. A key sees
@@ -13,8 +16,8 @@ import { BATCH_ENDPOINTS } from "./lines.ts";
 // Unix socket, and everyone where no keys are asked see all.
 
 const BASES = ["/v1", "/engines/v1", "/engines/llama.cpp/v1"];
-/** The largest input file: OpenAI's own bound on a batch's file. */
-const FILE_MAX_BYTES = 200 * 1024 * 1024;
+/** A batch in these still reads its input file. */
+const UNFINISHED: Batch["status"][] = ["validating", "in_progress", "finalizing", "cancelling"];
 
 const CreateBatch = z.object({
   input_file_id: z.string({ error: "input_file_id is required" }).min(1),
@@ -23,14 +26,18 @@ const CreateBatch = z.object({
   metadata: z.record(z.string(), z.string()).nullish(),
 });
 
-export function batchRoutes(files: FileStore, batches: Batches, identify: (request: Request) => Caller): Route[] {
+export function batchRoutes(files: FileStore, batches: Batches, limits: FileLimits, identify: (request: Request) => Caller): Route[] {
+  const upload = uploadHandler(files, limits, identify);
+  // A file's delete and a batch's creation on it, each a check and a change, in turn per file.
+  const turn = inTurn();
   const mine = (request: Request, owner: string) => {
     const caller = identify(request);
     return caller.admin || caller.name === owner;
   };
+  const gone = (id: string) => new HttpError(404, "not_found_error", "file_not_found", `no file with id "${id}"`);
   const file = async (request: IRequest): Promise<FileRecord> => {
     const found = await files.get(String(request.params.id));
-    if (!found || !mine(request, found.owner)) throw new HttpError(404, "not_found_error", "file_not_found", `no file with id "${String(request.params.id)}"`);
+    if (!found || !mine(request, found.owner)) throw gone(String(request.params.id));
     return found;
   };
   const batch = async (request: IRequest): Promise<Batch> => {
@@ -39,30 +46,34 @@ export function batchRoutes(files: FileStore, batches: Batches, identify: (reque
     return found;
   };
 
-  async function upload(request: Request): Promise<Response> {
-    if (Number(request.headers.get("content-length") ?? 0) > FILE_MAX_BYTES) throw new HttpError(413, "payload_too_large_error", "file_too_large", `a file may hold ${FILE_MAX_BYTES} bytes`);
-    let form: FormData;
-    try {
-      form = await request.formData();
-    } catch {
-      throw badRequest("invalid_form", "expected multipart/form-data with purpose and file");
-    }
-    const purpose = form.get("purpose");
-    const part = form.get("file");
-    if (purpose !== "batch") throw badRequest("invalid_purpose", 'purpose must be "batch" (the only use of files here)');
-    if (!part || typeof part === "string") throw badRequest("invalid_file", "file is required");
-    const data = new Uint8Array(await part.arrayBuffer());
-    const created = await files.create(data, { filename: part.name || "upload.jsonl", purpose: "batch", owner: identify(request).name });
-    return Response.json(shown(created));
-  }
-
   async function create(request: Request): Promise<Response> {
     const body = await readJson(request, 64 * 1024, CreateBatch);
-    const input = await files.get(body.input_file_id);
-    if (!input || !mine(request, input.owner)) throw new HttpError(404, "not_found_error", "file_not_found", `no file with id "${body.input_file_id}"`);
-    if (input.purpose !== "batch") throw badRequest("invalid_input_file", "the input file's purpose must be batch");
-    const made = await batches.create(identify(request).name, { ...body, metadata: body.metadata ?? null });
+    const made = await turn(body.input_file_id, async () => {
+      const input = await files.get(body.input_file_id);
+      if (!input || !mine(request, input.owner)) throw gone(body.input_file_id);
+      if (input.purpose !== "batch") throw badRequest("invalid_input_file", "the input file's purpose must be batch");
+      return batches.create(identify(request).name, { ...body, metadata: body.metadata ?? null });
+    });
     return Response.json(shownBatch(made));
+  }
+
+  /** Streamed from disk; a file deleted since it was looked up is 404 too. */
+  async function download(request: IRequest): Promise<Response> {
+    const found = await file(request);
+    const body = await files.stream(found.id).catch((error: NodeJS.ErrnoException) => Promise.reject(error.code === "ENOENT" ? gone(found.id) : error));
+    return new Response(body, { headers: { "content-type": "application/jsonl", "content-length": String(found.bytes) } });
+  }
+
+  /** Refused while a batch not yet ended reads the file as its input (409, naming it). */
+  async function remove(request: IRequest): Promise<Response> {
+    const found = await file(request);
+    await turn(found.id, async () => {
+      if (!(await files.get(found.id))) throw gone(found.id); // deleted meanwhile
+      const user = (await batches.list()).find((b) => b.input_file_id === found.id && UNFINISHED.includes(b.status));
+      if (user) throw new HttpError(409, "conflict_error", "file_in_use", `file ${found.id} is the input of batch ${user.id} (${user.status}): cancel the batch, or wait for it to end, before deleting the file`);
+      await files.remove(found.id);
+    });
+    return Response.json({ id: found.id, object: "file", deleted: true });
   }
 
   const list = <T extends { id: string }>(data: T[]) => Response.json({ object: "list", data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: false });
@@ -71,20 +82,8 @@ export function batchRoutes(files: FileStore, batches: Batches, identify: (reque
     { method: "POST", path: `${base}/files`, handle: upload },
     { method: "GET", path: `${base}/files`, handle: async (request) => list((await files.list()).filter((f) => mine(request, f.owner)).map(shown)) },
     { method: "GET", path: `${base}/files/:id`, handle: async (request) => Response.json(shown(await file(request))) },
-    {
-      method: "GET",
-      path: `${base}/files/:id/content`,
-      handle: async (request) => new Response(await files.content((await file(request)).id), { headers: { "content-type": "application/jsonl" } }),
-    },
-    {
-      method: "DELETE",
-      path: `${base}/files/:id`,
-      async handle(request) {
-        const found = await file(request);
-        await files.remove(found.id);
-        return Response.json({ id: found.id, object: "file", deleted: true });
-      },
-    },
+    { method: "GET", path: `${base}/files/:id/content`, handle: download },
+    { method: "DELETE", path: `${base}/files/:id`, handle: remove },
     { method: "POST", path: `${base}/batches`, handle: create },
     { method: "GET", path: `${base}/batches`, handle: async (request) => list((await batches.list()).filter((b) => mine(request, b.owner)).map(shownBatch)) },
     { method: "GET", path: `${base}/batches/:id`, handle: async (request) => Response.json(shownBatch(await batch(request))) },

@@ -127,6 +127,20 @@ describe("batches through the openai client", () => {
     expect([after.requests - before.requests, after.errors - before.errors, after.completion_tokens - before.completion_tokens]).toEqual([done, 0, done * 64]);
   });
 
+  it("deleting a file a batch still reads as its input: 409 file_in_use naming the batch; once the batch has ended, deleted", async () => {
+    const created = await submit(Array.from({ length: 40 }, (_, i) => chatLine(`d${i}`, 64)));
+    const refused = await client().files.delete(created.input_file_id).catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(OpenAI.ConflictError);
+    const { status, code, message } = refused as InstanceType<typeof OpenAI.APIError>;
+    expect([status, code]).toEqual([409, "file_in_use"]);
+    expect(message).toContain(created.id);
+    expect((await client().files.retrieve(created.input_file_id)).id).toBe(created.input_file_id);
+    await client().batches.cancel(created.id);
+    const ended = await poll(created.id, finished, "end");
+    expect(ended.status).toBe("cancelled");
+    expect(await client().files.delete(created.input_file_id)).toMatchObject({ id: created.input_file_id, deleted: true });
+  });
+
   it("a restart in the middle: the batch resumes where it stopped, no line run twice", async () => {
     const before = await usageOf("ai/tiny:latest");
     const lines = Array.from({ length: 16 }, (_, i) => chatLine(`r${i}`, 64));
