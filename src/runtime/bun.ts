@@ -13,8 +13,8 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
   // The idle timeout bounds a client that sends its headers slowly (and an idle keep-alive
   // connection); once a request is in, it is lifted for that request: an SSE stream may be silent
   // for long during a long prompt. A request with a body keeps it, at the body's deadline, until
-  // the body is read (bun-body.ts then watches it itself): one nobody reads is cut by Bun if it
-  // goes silent. Once one stalls, Bun's timer is back to close its connection after the answer.
+  // the body is read whole or watched by our own clock (bun-body.ts): one nobody reads is cut by
+  // Bun if it goes silent. Once one stalls, Bun's timer is back to close its connection after the answer.
   const options = {
     idleTimeout: Math.max(1, Math.ceil(limits.headersTimeoutMs / 1000)),
     // Bun's own cap (128 MiB) answered a model archive (POST /models/load) 413 with no body. Each
@@ -34,7 +34,7 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
       }
       server.timeout(request, seconds(deadline.idleMs));
       watchBody(served, deadline, {
-        reading: () => server.timeout(request, 0),
+        released: () => server.timeout(request, 0),
         stalled: () => server.timeout(request, 1),
       });
       return handler(served);
