@@ -58,9 +58,11 @@ const Settings = z.object({
   // `none` turns the Unix socket off.
   RUNNER_SOCKET: z.string().default(join(homedir(), ".llamadock", "model-runner.sock")),
   SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
-  // Slow and numerous clients: time for a request's headers, connections (Node) or requests in
-  // flight (Bun, Deno) per listener.
+  // Slow and numerous clients: time for a request's headers, the silence a request body may keep
+  // (no total: a model archive may take hours), connections (Node) or requests in flight (Bun,
+  // Deno) per listener.
   HTTP_HEADERS_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
+  HTTP_BODY_IDLE_TIMEOUT_MS: z.coerce.number().int().min(100).default(60_000),
   HTTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).default(1024),
   // Who may call (see src/http/guard.ts): names besides loopback ones, browser origins besides the
   // local ones (DMR_ORIGINS and OLLAMA_ORIGINS add to it too), API keys (or a file of them, one a
@@ -198,7 +200,7 @@ function toConfig(s: z.infer<typeof Settings>) {
     services: s.SERVICES,
     shutdownGraceMs: s.SHUTDOWN_GRACE_MS,
     security: security(s),
-    http: { headersTimeoutMs: s.HTTP_HEADERS_TIMEOUT_MS, maxConnections: s.HTTP_MAX_CONNECTIONS },
+    http: { headersTimeoutMs: s.HTTP_HEADERS_TIMEOUT_MS, bodyIdleTimeoutMs: s.HTTP_BODY_IDLE_TIMEOUT_MS, maxConnections: s.HTTP_MAX_CONNECTIONS },
     album: {
       host: s.ALBUM_HOST,
       port: s.ALBUM_PORT,

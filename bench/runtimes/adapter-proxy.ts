@@ -25,7 +25,7 @@ async function inference(request: Request): Promise<Response> {
 
 const target = kind === "album" ? { kind: "tcp" as const, hostname: "127.0.0.1", port: 0 } : { kind: "unix" as const, path: process.env.PROXY_SOCKET ?? "" };
 // The server's default limits; past the cap, a plain 503 (the bare proxy has no error shape of its own).
-const limits = { headersTimeoutMs: 10_000, maxConnections: 1024, overloaded: () => new Response("overloaded", { status: 503 }) };
+const limits = { headersTimeoutMs: 10_000, bodyIdleTimeoutMs: 60_000, maxConnections: 1024, overloaded: () => new Response("overloaded", { status: 503 }), stalledBody: () => new Error("body stalled") };
 const listener = await runtime.serve(kind === "album" ? album : inference, target, limits);
 console.log(`${kind} adapter proxy (${runtime.name}) listening on ${listener.address}`);
 runtime.onShutdownSignal(() => void listener.close(1_000).then(() => runtime.exit(0)));

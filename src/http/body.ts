@@ -7,60 +7,39 @@ import { badRequest, HttpError } from "./errors.ts";
 const tooLarge = (limit: number) =>
   new HttpError(413, "payload_too_large_error", "body_too_large", `request body larger than ${limit} bytes`);
 
-/** A body that has not fully arrived after this long is refused (a trickled body holds a connection). */
-export const BODY_READ_TIMEOUT_MS = 30_000;
+/**
+ * What a read of a request body fails with once the body stopped arriving for `idleMs`: the
+ * runtime adapters give every body that idle deadline (HTTP_BODY_IDLE_TIMEOUT_MS, see
+ * src/runtime/body-deadline.ts), so no route keeps a clock of its own for it.
+ */
+export const bodyStalled = (idleMs: number) =>
+  new HttpError(408, "timeout_error", "body_timeout", `the request body stopped arriving for ${idleMs / 1000} s`);
 
-const tooSlow = (ms: number) => new HttpError(408, "timeout_error", "body_timeout", `request body not received within ${ms} ms`);
-
-export function readBody(request: Request, limit: number, timeoutMs = BODY_READ_TIMEOUT_MS): Promise<Uint8Array<ArrayBuffer>> {
+export function readBody(request: Request, limit: number): Promise<Uint8Array<ArrayBuffer>> {
   const declared = Number(request.headers.get("content-length") ?? NaN);
   if (declared > limit) return Promise.reject(tooLarge(limit));
   // A declared length within the limit bounds the body already (the server reads no more than it):
-  // read whole, natively, without a stream and a reader (which cost Bun a JS stream per request,
-  // the largest item in a profile under bench:inference). Settled in the read's own callbacks, not
-  // raced against a promise of the deadline: under Node a race and an async frame were four
-  // promises more per inference request.
-  if (Number.isFinite(declared)) {
-    return new Promise((resolve, reject) => {
-      const read = request.arrayBuffer();
-      const timer = setTimeout(() => reject(tooSlow(timeoutMs)), timeoutMs);
-      read.then(
-        (bytes) => (clearTimeout(timer), resolve(new Uint8Array(bytes))),
-        (error: unknown) => (clearTimeout(timer), reject(error)),
-      );
-    });
-  }
-  return readStreamed(request, limit, timeoutMs);
+  // read whole, without a reader of ours, and without an async frame (under Node a race and an
+  // async frame were four promises more per inference request).
+  if (Number.isFinite(declared)) return request.arrayBuffer().then((bytes) => new Uint8Array(bytes));
+  return readStreamed(request, limit);
 }
 
-/** A body of no declared length (chunked), read up to `limit` bytes and within `timeoutMs`. */
-async function readStreamed(request: Request, limit: number, timeoutMs: number): Promise<Uint8Array<ArrayBuffer>> {
+/** A body of no declared length (chunked), read up to `limit` bytes. */
+async function readStreamed(request: Request, limit: number): Promise<Uint8Array<ArrayBuffer>> {
   if (!request.body) return new Uint8Array();
-  // One timer per body, cleared as soon as it is read (a pending one per request would pile up under load).
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(tooSlow(timeoutMs)), timeoutMs)));
-  try {
-    const reader = request.body.getReader();
-    return await readAtMost(reader, limit, () => tooLarge(limit), () => Promise.race([reader.read(), late]));
-  } finally {
-    clearTimeout(timer);
-  }
+  return readAtMost(request.body.getReader(), limit, () => tooLarge(limit));
 }
 
 /**
  * Reads a stream whole, but never past `limit` bytes: `refuse()` is thrown as soon as it crosses
- * it. On any failure the stream is cancelled. `next` reads one chunk (a caller may race it).
+ * it. On any failure the stream is cancelled.
  */
-export async function readAtMost(
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-  limit: number,
-  refuse: () => Error,
-  next = () => reader.read(),
-): Promise<Uint8Array<ArrayBuffer>> {
+export async function readAtMost(reader: ReadableStreamDefaultReader<Uint8Array>, limit: number, refuse: () => Error): Promise<Uint8Array<ArrayBuffer>> {
   const chunks: Uint8Array[] = [];
   let size = 0;
   try {
-    for (let chunk = await next(); !chunk.done; chunk = await next()) {
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
       size += chunk.value.byteLength;
       if (size > limit) throw refuse();
       chunks.push(chunk.value);

@@ -1,28 +1,43 @@
 /// <reference types="bun-types" />
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
+import { watchBody } from "./bun-body.ts";
 import { endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type ServeOptions, type SpawnOptions } from "./types.ts";
 
 async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeOptions): Promise<Listener> {
   if (target.kind === "unix") await clearStaleSocket(target.path);
   const max = limits.maxConnections;
+  const deadline = { idleMs: limits.bodyIdleTimeoutMs, stalled: limits.stalledBody };
+  // Bun's idle timer, in whole seconds and at most 255.
+  const seconds = (ms: number) => Math.min(255, Math.max(1, Math.ceil(ms / 1000)));
   // The idle timeout bounds a client that sends its headers slowly (and an idle keep-alive
   // connection); once a request is in, it is lifted for that request: an SSE stream may be silent
-  // for long during a long prompt. Its body has a time limit of its own (see readBody).
+  // for long during a long prompt. A request with a body keeps it, at the body's deadline, until
+  // the body is read whole or watched by our own clock (bun-body.ts): one nobody reads is cut by
+  // Bun if it goes silent. Once one stalls, Bun's timer is back to close its connection after the answer.
   const options = {
     idleTimeout: Math.max(1, Math.ceil(limits.headersTimeoutMs / 1000)),
     // Bun's own cap (128 MiB) answered a model archive (POST /models/load) 413 with no body. Each
     // route bounds what it reads itself (see src/http/body.ts); a model is as large as it is.
     maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     fetch: (request: Request, server: { timeout(request: Request, seconds: number): void; pendingRequests: number }) => {
-      server.timeout(request, 0);
       // Bun's server does not count connections, but counts requests in flight (this one too) until
       // their answer is sent, a streamed one until it ends or its client leaves: past the cap, 503
       // at once, so a flood of clients cannot pile up work without bound.
       if (server.pendingRequests > max) return limits.overloaded(max);
       // An HTTP/1.0 request without a Host header (HAProxy's health checks send them) comes with a
       // relative URL, which no handler can parse: made absolute, as Node's and Deno's servers do.
-      return handler(request.url.charCodeAt(0) === SLASH ? new Request(`http://localhost${request.url}`, request) : request);
+      const served = request.url.charCodeAt(0) === SLASH ? new Request(`http://localhost${request.url}`, request) : request;
+      if (!hasBody(request)) {
+        server.timeout(request, 0);
+        return handler(served);
+      }
+      server.timeout(request, seconds(deadline.idleMs));
+      watchBody(served, deadline, {
+        released: () => server.timeout(request, 0),
+        stalled: () => server.timeout(request, 1),
+      });
+      return handler(served);
     },
   };
   const server =
@@ -44,6 +59,13 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
 }
 
 const SLASH = 47;
+
+/** Whether a request comes with a body, by its headers (Bun makes a stream for `request.body` when asked). */
+function hasBody(request: Request): boolean {
+  if (request.method === "GET" || request.method === "HEAD") return false;
+  const length = request.headers.get("content-length");
+  return length !== null ? length !== "0" : request.headers.has("transfer-encoding");
+}
 
 function unixFetch(socketPath: string): typeof fetch {
   // timeout: false turns off Bun's 5-minute socket idle timer, which would cut a generation whose

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FetchHandler } from "./types.ts";
-import { lazyRequest } from "./node-request.ts";
+import type { BodyDeadline } from "./body-deadline.ts";
+import { answering, lazyRequest } from "./node-request.ts";
 import { LightHeaders } from "./node-headers.ts";
 import { LightResponse, type WholeAnswer } from "./node-response.ts";
 
@@ -9,24 +10,25 @@ import { LightResponse, type WholeAnswer } from "./node-response.ts";
 // cost Node about three times the requests per second a bare node:http proxy reaches (bench:runtimes).
 // What it keeps: the request's signal aborts when its client leaves before the answer's end, and
 // the answer's body is then cancelled (a stream that produces on its own would go on for nobody);
-// a body the handler has whole goes out in one write, with its length.
+// a body the handler has whole goes out in one write, with its length; the request's body is bound
+// by an idle deadline, read or not (node-request.ts).
 
 /** Serves one node:http request with `handler`; never throws. */
-export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: ServerResponse): void {
+export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: ServerResponse, deadline: BodyDeadline): void {
   const departed = new AbortController();
   const onClose = () => {
     if (!res.writableFinished) departed.abort(new DOMException("the client went away", "AbortError"));
   };
   res.once("close", onClose);
-  const request = lazyRequest(req, departed.signal);
+  const request = lazyRequest(req, departed.signal, deadline);
   if (!request) return void res.writeHead(400, { "content-type": "application/json" }).end(BAD_REQUEST);
   Promise.resolve()
     .then(() => handler(request))
     .then(
       // A failure here is ours (a header node:http refuses...): the connection goes, the error is
       // said (the handlers' own errors are logged and counted before they get here), the server stays.
-      (response) => send(response, res, departed.signal).catch((error) => (res.destroy(), console.error("llamadock: an answer could not be written:", error))),
-      () => void (res.headersSent ? res.destroy() : res.writeHead(500, { "content-type": "application/json" }).end(INTERNAL)),
+      (response) => (answering(request, res), send(response, res, departed.signal).catch((error) => (res.destroy(), console.error("llamadock: an answer could not be written:", error)))),
+      () => (answering(request, res), void (res.headersSent ? res.destroy() : res.writeHead(500, { "content-type": "application/json" }).end(INTERNAL))),
     );
 }
 

@@ -2,7 +2,7 @@ import { createServer, type Server } from "node:http";
 import { serveExchange } from "./node-exchange.ts";
 import { useLightWebTypes } from "./node-response.ts";
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
-import type { FetchHandler, ListenTarget, Listener, ServeLimits } from "./types.ts";
+import type { FetchHandler, ListenTarget, Listener, ServeOptions } from "./types.ts";
 
 // Serving a fetch handler with node:http, under Node and under Deno. Deno's own Deno.serve has no
 // header timeout and does not count connections, so a client that never finishes its headers
@@ -21,13 +21,16 @@ function listen(server: Server, target: ListenTarget): Promise<void> {
   });
 }
 
-export async function serveWithNodeHttp(handler: FetchHandler, target: ListenTarget, limits: ServeLimits): Promise<Listener> {
+export async function serveWithNodeHttp(handler: FetchHandler, target: ListenTarget, limits: ServeOptions): Promise<Listener> {
   useLightWebTypes();
   // Headers must arrive in time (slowloris); connections beyond the cap are closed as they come.
   // Node checks header deadlines every connectionsCheckingInterval (30 s by default): as often as needed.
+  // No total deadline for a request (requestTimeout, 300 s by default, cut a large upload midway):
+  // its body has an idle one instead (body-deadline.ts).
+  const deadline = { idleMs: limits.bodyIdleTimeoutMs, stalled: limits.stalledBody };
   const server = createServer(
-    { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs), keepAliveTimeout: 5_000 },
-    (req, res) => serveExchange(handler, req, res),
+    { headersTimeout: limits.headersTimeoutMs, requestTimeout: 0, connectionsCheckingInterval: Math.min(1_000, limits.headersTimeoutMs), keepAliveTimeout: 5_000 },
+    (req, res) => serveExchange(handler, req, res, deadline),
   );
   server.maxConnections = limits.maxConnections;
   if (target.kind === "unix") await clearStaleSocket(target.path);

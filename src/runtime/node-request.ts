@@ -1,4 +1,5 @@
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { idleClock, type BodyDeadline } from "./body-deadline.ts";
 import { pacedStream, readWhole } from "./paced-stream.ts";
 import { arrayBufferOf, utf8 } from "./node-response.ts";
 
@@ -15,6 +16,8 @@ const SIGNAL = Symbol("signal");
 const HEADERS = Symbol("headers");
 const NATIVE = Symbol("native request");
 const READ = Symbol("body read");
+const DEADLINE = Symbol("body deadline");
+const STALLED = Symbol("body stalled");
 
 type Lazy = Request & {
   [SOURCE]: IncomingMessage;
@@ -23,19 +26,57 @@ type Lazy = Request & {
   [HEADERS]?: Headers;
   [NATIVE]?: Request;
   [READ]?: boolean;
+  [DEADLINE]: BodyDeadline;
+  [STALLED]?: boolean;
 };
 
 const NO_BODY = new Set(["GET", "HEAD"]);
 
-/** The Request a handler sees for `req`; `signal` aborts when its client leaves. Undefined if its URL is not one. */
-export function lazyRequest(req: IncomingMessage, signal: AbortSignal): Request | undefined {
+/**
+ * The Request a handler sees for `req`; `signal` aborts when its client leaves; its body's reads
+ * fail under `deadline` (see body-deadline.ts). Undefined if its URL is not one.
+ */
+export function lazyRequest(req: IncomingMessage, signal: AbortSignal, deadline: BodyDeadline): Request | undefined {
   const url = `http://${req.headers.host || "localhost"}${req.url}`;
   if (!URL.canParse(url)) return undefined;
   const request = Object.create(prototype) as Lazy;
   request[SOURCE] = req;
   request[URL_] = url;
   request[SIGNAL] = signal;
+  request[DEADLINE] = deadline;
   return request;
+}
+
+/**
+ * Settles the body of `request` as its answer goes out, if it has not all arrived. One that
+ * stalled closes the connection after the answer (the rest of it may never come). One nobody read
+ * (an error answered first) is drained, as node:http would, but under the idle deadline, which
+ * node:http's own draining knows nothing of: without it a client gone silent held the connection.
+ */
+export function answering(request: Request, res: ServerResponse): void {
+  const lazy = request as Lazy;
+  const req = lazy[SOURCE];
+  if (req.complete) return;
+  if (lazy[STALLED]) return void (res.shouldKeepAlive = false);
+  const body = lazy[NATIVE]?.body;
+  if (body && !body.locked) void body.cancel().catch(() => {}); // drained by its cancel
+  else if (!lazy[NATIVE] && !lazy[READ]) drain(req, lazy[DEADLINE].idleMs);
+}
+
+/** Reads `req` to its end for nobody; a silence of `idleMs` closes its connection. */
+function drain(req: IncomingMessage, idleMs: number): void {
+  const clock = idleClock(idleMs, () => req.socket?.destroy());
+  clock.wait();
+  req.on("data", () => clock.wait());
+  req.once("end", () => clock.stop());
+  req.once("close", () => clock.stop());
+  req.resume();
+}
+
+/** The body's reads fail with the caller's error from here; the connection closes after the answer. */
+function stalled(request: Lazy): unknown {
+  request[STALLED] = true;
+  return request[DEADLINE].stalled(request[DEADLINE].idleMs);
 }
 
 function headersOf(raw: string[]): Headers {
@@ -51,7 +92,11 @@ function native(request: Lazy): Request {
   const method = req.method ?? "GET";
   const init: RequestInit & { duplex?: string } = { method, headers: request.headers, signal: request[SIGNAL] };
   // Cancelled: drained, so that the connection can serve the next request.
-  if (!NO_BODY.has(method) && !request[READ]) Object.assign(init, { body: pacedStream(req, { cancel: () => void req.resume() }), duplex: "half" });
+  if (!NO_BODY.has(method) && !request[READ]) {
+    const { idleMs } = request[DEADLINE];
+    const hooks = { cancel: () => drain(req, idleMs), idle: { ms: idleMs, stalled: () => stalled(request) } };
+    Object.assign(init, { body: pacedStream(req, hooks), duplex: "half" });
+  }
   return (request[NATIVE] = new Request(request[URL_], init));
 }
 
@@ -66,9 +111,23 @@ function wholeBody(request: Lazy): Promise<Buffer> {
   // race and a flowing stream. (node:http marks the message complete only later.)
   const declared = Number(req.headers["content-length"]);
   if (declared > 0 && req.readableLength === declared && !req.readableFlowing && !req.destroyed) return Promise.resolve(buffered(req, declared));
-  // The client left before the body's end: node:http may close without an error.
-  const left = new Promise<never>((_, reject) => req.once("close", () => req.complete || reject(new TypeError("terminated: the client went away"))));
-  return Promise.race([readWhole(req), left]);
+  return arriving(request);
+}
+
+/** The whole body as it arrives, failing if it stops arriving for the idle deadline, or if its client leaves. */
+function arriving(request: Lazy): Promise<Buffer> {
+  const req = request[SOURCE];
+  return new Promise((resolve, reject) => {
+    const clock = idleClock(request[DEADLINE].idleMs, () => (req.pause(), reject(stalled(request))));
+    clock.wait();
+    req.on("data", () => clock.wait());
+    readWhole(req).then(
+      (body) => (clock.stop(), resolve(body)),
+      (error: unknown) => (clock.stop(), reject(error)),
+    );
+    // The client left before the body's end: node:http may close without an error.
+    req.once("close", () => req.complete || (clock.stop(), reject(new TypeError("terminated: the client went away"))));
+  });
 }
 
 /** The `length` bytes a message holds in its buffer, all of its body; then left to flow to its end (its 'end' and 'close' come as after any read). */

@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import { idleClock, type IdleClock } from "./body-deadline.ts";
 
 // A Node stream as a web stream that reads on only as its reader asks: paused once the reader's
 // queue is full, resumed on its next read; or read whole, when nothing needs a stream. Both directions of Node's and Deno's HTTP use it (a
@@ -11,30 +12,53 @@ export type PacedHooks = {
   failure?(error: Error): unknown;
   /** The reader cancelled: nothing more is handed on. */
   cancel(reason: unknown): void;
+  /**
+   * The source silent for `ms` while the reader waits (not while it is paused for a full queue):
+   * the reader gets `stalled()`, and the source stays paused.
+   */
+  idle?: { ms: number; stalled(): unknown };
 };
 
 export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream<Uint8Array> {
   let cancelled = false;
+  let clock: IdleClock | undefined;
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
+        const { idle } = hooks;
+        if (idle) {
+          clock = idleClock(idle.ms, () => {
+            cancelled = true;
+            source.pause();
+            controller.error(idle.stalled());
+          });
+          clock.wait(); // the data listener below makes the source flow
+        }
         source.on("data", (chunk: Buffer) => {
           if (cancelled) return;
           controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-          if ((controller.desiredSize ?? 0) <= 0) source.pause();
+          if ((controller.desiredSize ?? 0) > 0) return clock?.wait();
+          source.pause();
+          clock?.hold();
         });
         source.once("end", () => {
+          clock?.stop();
           hooks.settled?.();
           if (!cancelled) controller.close();
         });
         source.once("error", (error) => {
+          clock?.stop();
           hooks.settled?.();
           if (!cancelled) controller.error(hooks.failure ? hooks.failure(error) : error);
         });
       },
-      pull: () => void source.resume(),
+      pull() {
+        clock?.wait();
+        source.resume();
+      },
       cancel(reason) {
         cancelled = true;
+        clock?.stop();
         hooks.cancel(reason);
       },
     },

@@ -13,6 +13,11 @@ export type ServeLimits = {
   /** A request's headers must arrive within this (slowloris); an idle keep-alive connection closes after it. */
   headersTimeoutMs: number;
   /**
+   * A request body that stops arriving for this long (while we wait for it) fails its reads with
+   * `stalledBody`; one never read is cut after as long a silence. No total: a body may take hours.
+   */
+  bodyIdleTimeoutMs: number;
+  /**
    * Connections (Node, and Deno, which serves through node:http) or requests in flight (Bun, whose
    * server does not count connections) at once: beyond it, node:http closes a new connection and
    * Bun answers 503.
@@ -27,6 +32,8 @@ export type ServeOptions = ServeLimits & {
    * closes the connection instead). The caller's, in its own error shape: the runtime knows none.
    */
   overloaded: (maxConnections: number) => Response;
+  /** What a read of a body silent for `bodyIdleTimeoutMs` fails with: the caller's error, which its handler answers. */
+  stalledBody: (idleMs: number) => unknown;
 };
 
 export interface Listener {

@@ -56,7 +56,7 @@ function call(path: string, init: { method?: string; body?: string; headers?: Re
 }
 
 beforeAll(async () => {
-  listener = await nodeRuntime.serve(handler, { kind: "tcp", hostname: "127.0.0.1", port: 0 }, { headersTimeoutMs: 5_000, maxConnections: 16, overloaded: () => new Response("overloaded", { status: 503 }) });
+  listener = await nodeRuntime.serve(handler, { kind: "tcp", hostname: "127.0.0.1", port: 0 }, { headersTimeoutMs: 5_000, bodyIdleTimeoutMs: 5_000, maxConnections: 16, overloaded: () => new Response("overloaded", { status: 503 }), stalledBody: () => new Error("body stalled") });
   base = listener.address;
 });
 afterAll(async () => {

@@ -137,9 +137,19 @@ describe("the page", () => {
     await page.select("#logs-model", "ai/tiny:latest");
     await page.click("#logs-form button");
     await page.waitForFunction(() => document.querySelector("#logs-text")?.textContent?.includes("llama_server: listening"));
-    const before = (await text("#logs-text")).length;
+    // The runner's own log file, whole, as the API reads it: the page shows a part of it.
+    const wholeLog = async () => (await ask({ url: stack.url }, "GET", "/engines/logs?model=ai/tiny&tail=1000000000")).body;
+    const shown = await text("#logs-text");
+    expect(shown).toContain("llama_server: listening");
+    expect(await wholeLog()).toContain(shown);
+    // Following: a request served after it was opened shows up without asking again, appended:
+    // llama-server's lines for it, to the end of its slot's work (its 2 tokens generated).
     await ask({ url: stack.url }, "POST", "/v1/completions", { model: "ai/tiny", prompt: "more", max_tokens: 2 });
-    await page.waitForFunction((n) => (document.querySelector("#logs-text")?.textContent?.length ?? 0) > n, {}, before);
+    await page.waitForFunction((n) => document.querySelector("#logs-text")?.textContent?.slice(n).includes("stop processing"), {}, shown.length);
+    const followed = await text("#logs-text");
+    expect(followed.startsWith(shown)).toBe(true);
+    expect(followed.slice(shown.length)).toMatch(/\| +eval time = .* \/ +2 tokens/);
+    expect(await wholeLog()).toContain(followed);
     await shot("logs");
   });
 });
