@@ -5,7 +5,6 @@ import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { checkKeyEntries, KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
 import { KEEP_ALIVE_PATTERN, keepAliveMs } from "./scheduler/policy.ts";
-import { LEDGER_BOUNDS } from "./inference/usage/ledger.ts";
 import { BYTES_PATTERN, parseBytes } from "./scheduler/memory/budget.ts";
 
 // Configuration is read once at start from the environment and the command line, validated, and
@@ -80,8 +79,9 @@ const Settings = z.object({
   // Usage per key, model and day, and batches with their files, kept across restarts (default: beside INFERENCE_SETTINGS_PATH).
   USAGE_PATH: z.string().min(1).optional(),
   // ...bounded, as it is rewritten whole: rows at most (the oldest go first), days kept.
-  USAGE_MAX_ROWS: z.coerce.number().int().min(1).default(LEDGER_BOUNDS.maxRows),
-  USAGE_KEEP_DAYS: z.coerce.number().int().min(1).default(LEDGER_BOUNDS.keepDays),
+  // The defaults keep the file a few MB at most: a year of 50 key-and-model pairs a day.
+  USAGE_MAX_ROWS: z.coerce.number().int().min(1).default(20_000),
+  USAGE_KEEP_DAYS: z.coerce.number().int().min(1).default(400),
   BATCHES_PATH: z.string().min(1).optional(),
   // Batches of one key not yet ended (0: no bound), and batches running at once, resumed ones too
   // (the others wait their turn: the key with the fewest running first, then the oldest).

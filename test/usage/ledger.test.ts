@@ -2,7 +2,10 @@ import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { LEDGER_BOUNDS, openLedger, totals } from "../../src/inference/usage/ledger.ts";
+import { openLedger, totals } from "../../src/inference/usage/ledger.ts";
+
+/** The settings' defaults (USAGE_MAX_ROWS, USAGE_KEEP_DAYS). */
+const LEDGER_BOUNDS = { maxRows: 20_000, keepDays: 400 };
 import { tokenCounts } from "../../src/inference/usage/tokens.ts";
 
 // The usage file: counts per day, key and model, written whole under a temporary name and renamed.
@@ -20,7 +23,7 @@ describe("the ledger", () => {
     ledger.add("bob", "ai/b", { requests: 1 });
     await ledger.flush();
     expect(readdirSync(dir)).toEqual(["usage.json"]); // no temporary file left
-    const again = openLedger(path);
+    const again = openLedger(path, LEDGER_BOUNDS);
     expect(again.rows({ key: "alice" })).toEqual([
       { day: "2026-01-01", key: "alice", model: "ai/a", requests: 2, prompt_tokens: 5, completion_tokens: 3, errors: 1 },
       { day: "2026-01-02", key: "alice", model: "ai/a", requests: 1, prompt_tokens: 2, completion_tokens: 0, errors: 0 },
@@ -35,7 +38,7 @@ describe("the ledger", () => {
   it("a file it cannot read is moved aside and counting starts afresh", () => {
     const dir = mkdtempSync(join(tmpdir(), "llamadock-ledger-"));
     writeFileSync(join(dir, "usage.json"), "{half");
-    expect(openLedger(join(dir, "usage.json")).rows()).toEqual([]);
+    expect(openLedger(join(dir, "usage.json"), LEDGER_BOUNDS).rows()).toEqual([]);
     expect(readFileSync(join(dir, "usage.json.unreadable"), "utf8")).toBe("{half");
   });
 });

@@ -33,9 +33,6 @@ export interface Ledger {
 
 export type DropReason = "age" | "rows";
 
-/** Bounds for a usage file of a few MB at most: a year of 50 key-and-model pairs a day. */
-export const LEDGER_BOUNDS: LedgerBounds = { maxRows: 20_000, keepDays: 400 };
-
 const FILE_VERSION = 1;
 const WRITE_DELAY_MS = 1000;
 const DAY_MS = 86_400_000;
@@ -46,7 +43,7 @@ const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, completion_tokens: 0
  * The ledger kept in `path`, read back from it once, at start (a missing file is an empty ledger;
  * one that cannot be read is moved aside, told, and started afresh: usage never stops the server).
  */
-export function openLedger(path: string, bounds: LedgerBounds = LEDGER_BOUNDS, now: () => Date = () => new Date()): Ledger {
+export function openLedger(path: string, bounds: LedgerBounds, now: () => Date = () => new Date()): Ledger {
   // Oldest day first, as rows made from now on follow: the map's first row is always the oldest.
   const read = readRows(path).sort((a, b) => a.day.localeCompare(b.day));
   const rows = new Map<string, UsageRow>(read.map((row) => [rowKey(row.day, row.key, row.model), row]));
