@@ -87,6 +87,10 @@ const psEntry = (r: RunnerInfo) => ({
           weights_bytes: r.memory.weights,
           kv_cache_bytes: r.memory.kvCache,
           compute_bytes: r.memory.compute,
+          // llama-server's host prompt cache and context checkpoints; beside a GPU, host_bytes.
+          prompt_cache_bytes: r.memory.promptCache,
+          checkpoints_bytes: r.memory.checkpoints,
+          host_bytes: r.memory.host,
         },
       }
     : {}),

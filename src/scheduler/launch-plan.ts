@@ -35,6 +35,8 @@ export type RunnerSnapshot = {
   lastInteractive?: number;
   /** Its estimated memory; 0 when none is counted. */
   bytes: number;
+  /** Its host caches beside a GPU budget; 0 otherwise. */
+  hostBytes?: number;
   threads: number;
   threadsFixed: boolean;
   /** The context it runs with, when known; the one a request asked for when it launched it. */
@@ -98,7 +100,8 @@ export function planServe(loaded: Pick<RunnerSnapshot, "contextSize" | "requeste
 }
 
 export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode): LaunchPlan {
-  const { limits, memory, wantedContext: wanted } = snapshot;
+  const { limits, wantedContext: wanted } = snapshot;
+  const memory = withCaches(snapshot);
   const slots = snapshot.settings.slots ?? limits.slots;
   // A wished context replaces the configured one for this runner only, bounded by what can fit.
   const settings = wanted === undefined ? snapshot.settings : { ...snapshot.settings, contextSize: boundContext(model, snapshot.settings, slots, memory?.weights ?? 0, memory?.limits, wanted) };
@@ -109,7 +112,7 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
   const sized = memory && sizeLaunch(model, settings, slots, memory.weights, others, memory.limits);
   if (sized?.kind === "refuse") return sized;
   const sizing = sized?.sizing;
-  const need: MemoryNeed | undefined = sizing && memory && { bytes: sizing.estimate.total, budget: memory.limits.budget.bytes };
+  const need = sizing && memory && memoryNeed(sizing, memory.limits);
   const afterPeople = snapshot.lane === "batch" && snapshot.interactiveWaitingForRoom > 0;
   const eviction = afterPeople ? ({ kind: "wait" } as const) : pickEviction(views, limits.maxRunners, need);
   const runner = runnerOptions({ ...snapshot, settings }, model, mode, slots, sizing);
@@ -124,6 +127,18 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
     return { kind: "wait", waitsFor, runner, ...(kept.length > 0 ? { until: Math.min(...kept) } : {}) };
   }
   return { kind: "launch", runner };
+}
+
+/** The memory limits with the host caches every runner is launched with, counted in its estimate. */
+function withCaches({ memory, limits }: LaunchSnapshot): LaunchSnapshot["memory"] {
+  if (!memory || !limits.promptCache) return memory;
+  return { ...memory, limits: { ...memory.limits, promptCache: limits.promptCache } };
+}
+
+/** What the launch takes of the budget, and beside a GPU budget of the host's. */
+function memoryNeed({ estimate }: Sizing, { budget }: MemoryLimits): MemoryNeed {
+  const host = budget.hostBytes !== undefined ? { host: { bytes: estimate.host, budget: budget.hostBytes } } : {};
+  return { bytes: estimate.total, budget: budget.bytes, ...host };
 }
 
 /**
@@ -148,6 +163,7 @@ export const evictionView = (r: RunnerSnapshot, pinned: Keys, keptUntil?: number
   lastUsed: r.lastUsed,
   pinned: pinned.has(r.key),
   bytes: r.bytes,
+  ...(r.hostBytes ? { hostBytes: r.hostBytes } : {}),
   ...(keptUntil !== undefined ? { keptUntil } : {}),
 });
 
@@ -161,7 +177,8 @@ function runnerOptions(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode, sl
   const threads = fixedThreads ?? threadShare(limits.cpuCores, staying + 1);
   const ahead = Math.min(limits.runnerQueue ?? 0, limits.queueDepth);
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
-  const launch = { slots, threads, ahead, alias: modelName(model), pooling, ...gpuAndContext(settings, sizing) };
+  const promptCache = limits.promptCache;
+  const launch = { slots, threads, ahead, alias: modelName(model), pooling, ...(promptCache ? { promptCache } : {}), ...gpuAndContext(settings, sizing) };
   return {
     key,
     modelId: model.id,
