@@ -27,9 +27,9 @@ const wholeNumber = (value: string) => {
 };
 
 export function psTable(runners: PsEntry[], now: number): string {
-  const memory = (r: PsEntry) => (r.memory ? `${formatBytes(r.memory.total_bytes)} (${r.memory.where})${caches(r.memory)}` : "");
-  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r)]);
-  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY"], rows);
+  const memory = (r: PsEntry) => (r.memory ? `${formatBytes(r.memory.total_bytes)} (${r.memory.where})` : "");
+  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r), r.memory ? caches(r.memory) : ""]);
+  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY", "PROMPT CACHES"], rows);
 }
 
 export function engineCommands(program: Command, clientFor: ClientFor, clientVersion: string): void {

@@ -34,11 +34,11 @@ const wholeNumber = (value: string) => {
 
 const names = (list: FitRunner[]) => list.map((r) => `${r.model} (${formatBytes(r.memory_bytes)})`).join(", ");
 
-/** The host caches' share of the cost: inside it on a CPU, in host memory beside a GPU. */
+/** The prompt caches' share of the cost: inside it on a CPU, host memory beside a GPU. */
 export function caches(memory: NonNullable<Memory>): string {
   const bytes = (memory.prompt_cache_bytes ?? 0) + (memory.checkpoints_bytes ?? 0);
   if (bytes === 0) return "";
-  return memory.host_bytes ? ` + ${formatBytes(memory.host_bytes)} of host memory for prompt caches` : ` (${formatBytes(bytes)} of it prompt caches)`;
+  return memory.host_bytes ? `${formatBytes(memory.host_bytes)} of host memory for prompt caches` : `${formatBytes(bytes)} of it prompt caches`;
 }
 
 /** The answer in a few lines for people. */
@@ -49,7 +49,8 @@ export function describeFit(fit: Fit): string {
   }
   const cost = [
     fit.context_size !== null ? `context ${fit.context_size} tokens` : undefined,
-    fit.memory ? `${formatBytes(fit.memory.total_bytes)} of ${fit.memory.where === "gpu" ? "GPU memory" : "memory"}${caches(fit.memory)}` : undefined,
+    fit.memory ? `${formatBytes(fit.memory.total_bytes)} of ${fit.memory.where === "gpu" ? "GPU memory" : "memory"}` : undefined,
+    fit.memory ? caches(fit.memory) || undefined : undefined,
     fit.budget ? `budget ${formatBytes(fit.budget.budget_bytes)}, ${formatBytes(fit.budget.used_bytes)} used` : undefined,
   ].filter(Boolean).join("; ");
   return cost ? `${headline(fit)}: ${cost}` : headline(fit);
