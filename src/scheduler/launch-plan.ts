@@ -1,6 +1,7 @@
 import { runnerSpec } from "../../sidecar/index.ts";
 import type { HttpError } from "../http/errors.ts";
 import { queueFull } from "./errors.ts";
+import type { PromptCacheLimits } from "./memory/estimate.ts";
 import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
 import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags, type MemoryNeed, type RunnerView } from "./policy.ts";
 import type { RunnerOptions, RunnerState } from "./runner.ts";
@@ -129,10 +130,18 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
   return { kind: "launch", runner };
 }
 
-/** The memory limits with the host caches every runner is launched with, counted in its estimate. */
-function withCaches({ memory, limits }: LaunchSnapshot): LaunchSnapshot["memory"] {
-  if (!memory || !limits.promptCache) return memory;
-  return { ...memory, limits: { ...memory.limits, promptCache: limits.promptCache } };
+/** The host caches the runner is launched with: the defaults, its model's `cacheRam` over them. */
+function promptCacheOf({ limits, settings }: Pick<LaunchSnapshot, "limits" | "settings">): PromptCacheLimits | undefined {
+  if (!limits.promptCache) return undefined;
+  return settings.cacheRam === undefined ? limits.promptCache : { ...limits.promptCache, bytes: settings.cacheRam };
+}
+
+/** The memory limits with the host caches the runner is launched with, counted in its estimate. */
+function withCaches(snapshot: LaunchSnapshot): LaunchSnapshot["memory"] {
+  const { memory } = snapshot;
+  const promptCache = promptCacheOf(snapshot);
+  if (!memory || !promptCache) return memory;
+  return { ...memory, limits: { ...memory.limits, promptCache } };
 }
 
 /** What the launch takes of the budget, and beside a GPU budget of the host's. */
@@ -177,7 +186,7 @@ function runnerOptions(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode, sl
   const threads = fixedThreads ?? threadShare(limits.cpuCores, staying + 1);
   const ahead = Math.min(limits.runnerQueue ?? 0, limits.queueDepth);
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
-  const promptCache = limits.promptCache;
+  const promptCache = promptCacheOf(snapshot);
   const launch = { slots, threads, ahead, alias: modelName(model), pooling, ...(promptCache ? { promptCache } : {}), ...gpuAndContext(settings, sizing) };
   return {
     key,

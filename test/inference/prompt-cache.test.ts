@@ -103,7 +103,15 @@ describe("the runners' prompt caches within the budget", () => {
 
   it("a second model still loads beside it within the budget, the first left loaded", async () => {
     const firstPid = await pidOf("ai/first");
+    // Its own cache, set per model: smaller than the default, in its flags and its estimate.
+    expect((await ask(tcp(), "POST", "/engines/_configure", { model: "ai/second", "cache-ram": "lots" })).status).toBe(400);
+    const configured = await ask(tcp(), "POST", "/engines/_configure", { model: "ai/second", "cache-ram": "8MiB" });
+    expect(configured.status).toBe(202);
+    expect(configured.json().settings).toMatchObject({ "cache-ram": 8 * MIB });
     await complete("ai/second", conversation(100));
+    const secondArgs = readFileSync(`/proc/${await pidOf("ai/second")}/cmdline`, "utf8").split("\0");
+    expect(secondArgs[secondArgs.indexOf("--cache-ram") + 1]).toBe("8");
+    expect((await entry("ai/second"))!.memory.prompt_cache_bytes).toBe(8 * MIB + 16 * MIB);
     const loaded = await ps();
     expect(loaded.map((r) => r.model_name).sort()).toEqual([expect.stringMatching(/ai\/first/), expect.stringMatching(/ai\/second/)]);
     expect(await pidOf("ai/first")).toBe(firstPid);

@@ -119,6 +119,18 @@ describe("scheduling by memory", () => {
     expect(memory.total).toBe(cost(a, memory.contextSize) + memory.promptCache);
   });
 
+  it("a model's own cacheRam replaces the default for its runner, in its flags and its estimate", async () => {
+    const [a, b] = [model("a"), model("b")];
+    const promptCache = { bytes: 8 * MIB, checkpoints: 2 };
+    const { scheduler, started, use } = setup(100 * MIB, "cpu", { "sha256:b": { cacheRam: 0 } }, { promptCache });
+    await use(a);
+    await use(b);
+    expect(started[1]!.spec.extraArgs).toEqual(expect.arrayContaining(["--cache-ram", "0", "--ctx-checkpoints", "2"]));
+    const [ma, mb] = ["a", "b"].map((n) => scheduler.runners().find((r) => r.model === `ai/${n}:latest`)!.memory!);
+    expect(ma!.promptCache).toBeGreaterThan(8 * MIB);
+    expect(mb!.promptCache).toBe(0);
+  });
+
   it("beside a GPU budget, the caches are held to the host's budget: a launch evicts for it, a model whose caches exceed it alone is refused", async () => {
     const [a, b] = [model("a"), model("b")];
     const promptCache = { bytes: 8 * MIB, checkpoints: 2 };
