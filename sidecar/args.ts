@@ -24,6 +24,8 @@ export type Launch = {
   pooling?: PoolingType;
   /** The model's name in answers. */
   alias: string;
+  /** llama-server's host prompt cache (bytes, passed in whole MiB; 0: off) and checkpoints per slot. */
+  promptCache?: { bytes: number; checkpoints: number };
 };
 
 /** What the sidecar starts for a model in a mode with its settings; `serial` tells runners of one model apart. */
@@ -31,7 +33,7 @@ export function runnerSpec(
   model: { id: string; ggufPath: string; shardPaths?: string[]; mmprojPath?: string },
   mode: RunnerMode,
   settings: LaunchSettings,
-  { slots, threads, ahead = 0, gpuLayers, contextSize, pooling, alias }: Launch,
+  { slots, threads, ahead = 0, gpuLayers, contextSize, pooling, alias, promptCache }: Launch,
   serial: number,
 ): RunnerSpec {
   return {
@@ -56,11 +58,23 @@ export function runnerSpec(
       String(threads),
       "--threads-http",
       String(slots + ahead + HTTP_THREADS_SPARE),
+      ...cacheFlags(promptCache),
       ...settingFlags(settings),
       ...(settings.runtimeFlags ?? []),
     ],
   };
 }
+
+/**
+ * The host prompt cache's bound and the checkpoints per slot: llama-server's own defaults (8 GiB,
+ * 32) are far beyond what the scheduler's estimate counts. Neither flag is a model's own to set.
+ */
+function cacheFlags(cache: Launch["promptCache"]): string[] {
+  if (!cache) return [];
+  return ["--cache-ram", String(Math.ceil(cache.bytes / MIB)), "--ctx-checkpoints", String(cache.checkpoints)];
+}
+
+const MIB = 1024 * 1024;
 
 /** llama-server flags for the settings that have their own fields. */
 function settingFlags({ reasoningBudget, speculative }: LaunchSettings): string[] {

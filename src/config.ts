@@ -26,6 +26,8 @@ const baseUrl = z
 const size = (fallback: string) =>
   z.string().regex(BYTES_PATTERN, "a size like 4MiB or 1000000").default(fallback).transform(parseBytes).pipe(z.number().int().min(1));
 
+const MIB = 1024 * 1024;
+
 const hostList = z.string().transform((value) => value.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean));
 
 const credentialList = z.string().transform((value, context) => {
@@ -168,6 +170,11 @@ const Settings = z.object({
   INFERENCE_MEMORY_RESERVE: z.string().regex(BYTES_PATTERN, "a size like 1GiB or 512MiB").default("1GiB").transform(parseBytes),
   // The smallest context a model without a configured one is given (else it is refused).
   INFERENCE_MIN_CONTEXT: z.coerce.number().int().min(256).default(4096),
+  // llama-server's host prompt cache per runner (--cache-ram, whole MiB; its own default is 8 GiB)
+  // and context checkpoints per slot (--ctx-checkpoints; its default 32): both counted in each
+  // runner's estimate, beside a GPU budget in host memory. 0: off.
+  INFERENCE_CACHE_RAM: z.string().regex(BYTES_PATTERN, "a size like 1GiB, 256MiB or 0 (off)").default("1GiB").transform((t) => Math.ceil(parseBytes(t) / MIB) * MIB),
+  INFERENCE_CTX_CHECKPOINTS: z.coerce.number().int().min(0).max(32).default(4),
   // `off`: never budget or offload to a GPU, even where one is found.
   INFERENCE_GPU: z.enum(["auto", "off"]).default("auto"),
   // Prompt caches saved when a runner stops and restored when it loads again (0: off).
@@ -231,6 +238,7 @@ function toConfig(s: z.infer<typeof Settings>) {
     inference: {
       maxRunners: s.INFERENCE_MAX_RUNNERS,
       slots: s.INFERENCE_SLOTS,
+      promptCache: { bytes: s.INFERENCE_CACHE_RAM, checkpoints: s.INFERENCE_CTX_CHECKPOINTS },
       queueDepth: s.INFERENCE_QUEUE_DEPTH,
       runnerQueue: s.INFERENCE_RUNNER_QUEUE,
       threads: s.INFERENCE_THREADS,

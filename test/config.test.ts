@@ -94,6 +94,15 @@ describe("security settings", () => {
     expect(loadConfig({}, ["--inference.memory.budget=1000000"]).inference.memory.budget).toBe(1_000_000);
     expect(() => loadConfig({ INFERENCE_MEMORY_BUDGET: "lots" }, [])).toThrow(/a size like 8GiB[\s\S]*INFERENCE_MEMORY_BUDGET/);
   });
+
+  it("reads the runners' host caches: 1 GiB of prompt cache and 4 checkpoints a slot by default, whole MiB, 0 off", () => {
+    const MIB = 1024 ** 2;
+    expect(loadConfig({}, []).inference.promptCache).toEqual({ bytes: 1024 * MIB, checkpoints: 4 });
+    expect(loadConfig({ INFERENCE_CACHE_RAM: "300MB", INFERENCE_CTX_CHECKPOINTS: "0" }, []).inference.promptCache).toEqual({ bytes: 287 * MIB, checkpoints: 0 });
+    expect(loadConfig({ INFERENCE_CACHE_RAM: "0" }, []).inference.promptCache.bytes).toBe(0);
+    expect(() => loadConfig({ INFERENCE_CACHE_RAM: "lots" }, [])).toThrow(/INFERENCE_CACHE_RAM/);
+    expect(() => loadConfig({ INFERENCE_CTX_CHECKPOINTS: "33" }, [])).toThrow(/INFERENCE_CTX_CHECKPOINTS/);
+  });
 });
 
 

@@ -1,5 +1,6 @@
 import { Command, InvalidArgumentError } from "commander";
 import { CliError, failure, type Client } from "./client.ts";
+import { caches } from "./fit.ts";
 import { ago, formatBytes, table } from "./format.ts";
 import type { ClientFor } from "./models.ts";
 
@@ -14,7 +15,7 @@ type PsEntry = {
   last_used: string;
   keep_alive: string;
   /** The memory the runner was estimated to need when it was launched, and where (servers that estimate it). */
-  memory?: { where: string; total_bytes: number };
+  memory?: { where: string; total_bytes: number; prompt_cache_bytes?: number; checkpoints_bytes?: number; host_bytes?: number };
 };
 
 const print = (text: string) => process.stdout.write(`${text}\n`);
@@ -27,8 +28,8 @@ const wholeNumber = (value: string) => {
 
 export function psTable(runners: PsEntry[], now: number): string {
   const memory = (r: PsEntry) => (r.memory ? `${formatBytes(r.memory.total_bytes)} (${r.memory.where})` : "");
-  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r)]);
-  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY"], rows);
+  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r), r.memory ? caches(r.memory) : ""]);
+  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY", "PROMPT CACHES"], rows);
 }
 
 export function engineCommands(program: Command, clientFor: ClientFor, clientVersion: string): void {

@@ -7,7 +7,7 @@ import type { ClientFor } from "./models.ts";
 // without loading it. Exit status 0 when it fits (now or after evictions or a wait), 1 when not.
 
 type FitRunner = { model: string; mode: string; memory_bytes: number };
-type Memory = { where: string; total_bytes: number } | null;
+type Memory = { where: string; total_bytes: number; prompt_cache_bytes?: number; checkpoints_bytes?: number; host_bytes?: number } | null;
 type Budget = { budget_bytes: number; used_bytes: number } | null;
 
 export type Fit =
@@ -34,6 +34,13 @@ const wholeNumber = (value: string) => {
 
 const names = (list: FitRunner[]) => list.map((r) => `${r.model} (${formatBytes(r.memory_bytes)})`).join(", ");
 
+/** The prompt caches' share of the cost: inside it on a CPU, host memory beside a GPU. */
+export function caches(memory: NonNullable<Memory>): string {
+  const bytes = (memory.prompt_cache_bytes ?? 0) + (memory.checkpoints_bytes ?? 0);
+  if (bytes === 0) return "";
+  return memory.host_bytes ? `${formatBytes(memory.host_bytes)} of host memory for prompt caches` : `${formatBytes(bytes)} of it prompt caches`;
+}
+
 /** The answer in a few lines for people. */
 export function describeFit(fit: Fit): string {
   if (!fit.fits) {
@@ -43,6 +50,7 @@ export function describeFit(fit: Fit): string {
   const cost = [
     fit.context_size !== null ? `context ${fit.context_size} tokens` : undefined,
     fit.memory ? `${formatBytes(fit.memory.total_bytes)} of ${fit.memory.where === "gpu" ? "GPU memory" : "memory"}` : undefined,
+    fit.memory ? caches(fit.memory) || undefined : undefined,
     fit.budget ? `budget ${formatBytes(fit.budget.budget_bytes)}, ${formatBytes(fit.budget.used_bytes)} used` : undefined,
   ].filter(Boolean).join("; ");
   return cost ? `${headline(fit)}: ${cost}` : headline(fit);

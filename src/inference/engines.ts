@@ -7,6 +7,7 @@ import type { ModelStore } from "../models/index.ts";
 import type { RunnerInfo, Scheduler } from "../scheduler/scheduler.ts";
 import { ModelSettings, type SettingsStore } from "../scheduler/settings.ts";
 import { KEEP_ALIVE_PATTERN } from "../scheduler/policy.ts";
+import { BYTES_PATTERN, parseBytes } from "../scheduler/memory/budget.ts";
 import { readJson as readJsonUpTo } from "../http/body.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENGINE } from "./routes.ts";
@@ -49,6 +50,8 @@ const ConfigureBody = z.looseObject({
   "raw-runtime-flags": z.string().optional(),
   keep_alive: z.union([z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "5m", "0" or "-1"'), z.number()]).optional(),
   pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
+  // Ours: the runner's host prompt cache, a size ("256MiB", "0": off) or bytes, rounded up to whole MiB.
+  "cache-ram": z.union([z.string().regex(BYTES_PATTERN, 'a size like "256MiB" or "0"').transform(parseBytes), z.number().int().min(0)]).optional(),
   speculative: z
     .looseObject({
       draft_model: z.string().trim().min(1, "speculative.draft_model is required"),
@@ -59,6 +62,8 @@ const ConfigureBody = z.looseObject({
   llamacpp: z.looseObject({ "reasoning-budget": z.number().int().min(-1).optional() }).optional(),
 });
 type ConfigureBody = z.infer<typeof ConfigureBody>;
+
+const MIB = 1024 * 1024;
 
 /** Management bodies are small: a tenth of a mebibyte is plenty. */
 const MANAGEMENT_BODY_LIMIT = 100 * 1024;
@@ -87,6 +92,10 @@ const psEntry = (r: RunnerInfo) => ({
           weights_bytes: r.memory.weights,
           kv_cache_bytes: r.memory.kvCache,
           compute_bytes: r.memory.compute,
+          // llama-server's host prompt cache and context checkpoints; beside a GPU, host_bytes.
+          prompt_cache_bytes: r.memory.promptCache,
+          checkpoints_bytes: r.memory.checkpoints,
+          host_bytes: r.memory.host,
         },
       }
     : {}),
@@ -157,6 +166,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
       keepAlive: body.keep_alive === undefined ? undefined : String(body.keep_alive),
       runtimeFlags: body["runtime-flags"]?.length ? body["runtime-flags"] : splitFlags(body["raw-runtime-flags"]),
       pooling: body.pooling,
+      cacheRam: body["cache-ram"] === undefined ? undefined : Math.ceil(body["cache-ram"] / MIB) * MIB,
       reasoningBudget: body.llamacpp?.["reasoning-budget"],
       speculative: body.speculative && (await draft(body.speculative)),
     };
@@ -220,6 +230,7 @@ const publicSettings = (s: ModelSettings) =>
     keep_alive: s.keepAlive,
     "runtime-flags": s.runtimeFlags,
     pooling: s.pooling,
+    "cache-ram": s.cacheRam,
     llamacpp: s.reasoningBudget === undefined ? undefined : { "reasoning-budget": s.reasoningBudget },
     speculative: s.speculative && {
       draft_model: s.speculative.draftModel,

@@ -37,7 +37,7 @@ export function fitRoutes({ store, scheduler }: FitDeps): Route[] {
     const changes: ModelSettings = context === undefined ? {} : { contextSize: context === -1 ? 0 : context };
     const name = model.tags[0] ?? model.id;
     const [answer, memory] = await Promise.all([scheduler.fit(model, mode, changes).catch(tooLarge), scheduler.memory()]);
-    const budget = memory && { where: memory.budget.where, budget_bytes: memory.budget.bytes, used_bytes: memory.usedBytes, free_bytes: Math.max(0, memory.budget.bytes - memory.usedBytes) };
+    const budget = memory && { where: memory.budget.where, budget_bytes: memory.budget.bytes, used_bytes: memory.usedBytes, free_bytes: Math.max(0, memory.budget.bytes - memory.usedBytes), ...hostBudget(memory) };
     if (answer instanceof ModelTooLarge) {
       const { totalBytes, contextSize, fittingContext } = answer.need;
       const body = { model: name, mode, fits: false, action: "refuse", context_size: contextSize, total_bytes: totalBytes, fitting_context_size: fittingContext ?? null, budget: budget ?? null };
@@ -67,6 +67,10 @@ function parsed(query: Record<string, string>): FitQuery {
   return result.data;
 }
 
+/** Beside a GPU budget, the host memory the runners' prompt caches share. */
+const hostBudget = ({ budget, hostUsedBytes }: { budget: { hostBytes?: number }; hostUsedBytes: number }) =>
+  budget.hostBytes === undefined ? {} : { host_budget_bytes: budget.hostBytes, host_used_bytes: hostUsedBytes };
+
 const tooLarge = (error: unknown) => {
   if (error instanceof ModelTooLarge) return error;
   throw error;
@@ -80,6 +84,9 @@ const memoryFields = (m: NonNullable<Extract<FitAnswer, { action: "load" | "evic
   weights_bytes: m.weights,
   kv_cache_bytes: m.kvCache,
   compute_bytes: m.compute,
+  prompt_cache_bytes: m.promptCache,
+  checkpoints_bytes: m.checkpoints,
+  host_bytes: m.host,
 });
 
 /** The answer in the engine API's snake_case. */

@@ -58,6 +58,7 @@ export function createInference(
     limits: {
       maxRunners: config.maxRunners,
       slots: config.slots,
+      promptCache: config.promptCache,
       queueDepth: config.queueDepth,
       runnerQueue: config.runnerQueue,
       keepAlive: config.keepAlive,

@@ -1,3 +1,4 @@
+import type { PromptCacheLimits } from "./memory/estimate.ts";
 import type { MemoryLimits, Sizing } from "./memory/sizing.ts";
 import type { Lease, RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
@@ -28,6 +29,11 @@ export type SchedulerLimits = {
   threads?: number;
   /** How a runner that stopped answering is noticed (then killed and replaced); none: never. */
   watch?: WatchLimits;
+  /**
+   * llama-server's host prompt cache and context checkpoints, passed to every runner and counted
+   * in its estimate; none: llama-server's defaults, uncounted.
+   */
+  promptCache?: PromptCacheLimits;
 };
 
 export type SchedulerDeps = {
@@ -99,7 +105,7 @@ export interface Scheduler {
   /** After its settings changed: new requests get a runner loaded with them. */
   reload(model: ModelRef): void;
   /** The memory budget and what the runners use of it; undefined when none is kept. */
-  memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number } | undefined>;
+  memory(): Promise<{ budget: MemoryLimits["budget"]; usedBytes: number; hostUsedBytes: number } | undefined>;
   /**
    * What a load of the model for `mode` would do now, with these settings changed (as configure
    * would change them, which reloads its runner), without doing it: the launch's own plan on the

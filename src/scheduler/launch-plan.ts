@@ -1,6 +1,7 @@
 import { runnerSpec } from "../../sidecar/index.ts";
 import type { HttpError } from "../http/errors.ts";
 import { queueFull } from "./errors.ts";
+import type { PromptCacheLimits } from "./memory/estimate.ts";
 import { boundContext, sizeLaunch, type MemoryLimits, type Sizing } from "./memory/sizing.ts";
 import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags, type MemoryNeed, type RunnerView } from "./policy.ts";
 import type { RunnerOptions, RunnerState } from "./runner.ts";
@@ -35,6 +36,8 @@ export type RunnerSnapshot = {
   lastInteractive?: number;
   /** Its estimated memory; 0 when none is counted. */
   bytes: number;
+  /** Its host caches beside a GPU budget; 0 otherwise. */
+  hostBytes?: number;
   threads: number;
   threadsFixed: boolean;
   /** The context it runs with, when known; the one a request asked for when it launched it. */
@@ -98,7 +101,8 @@ export function planServe(loaded: Pick<RunnerSnapshot, "contextSize" | "requeste
 }
 
 export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode): LaunchPlan {
-  const { limits, memory, wantedContext: wanted } = snapshot;
+  const { limits, wantedContext: wanted } = snapshot;
+  const memory = withCaches(snapshot);
   const slots = snapshot.settings.slots ?? limits.slots;
   // A wished context replaces the configured one for this runner only, bounded by what can fit.
   const settings = wanted === undefined ? snapshot.settings : { ...snapshot.settings, contextSize: boundContext(model, snapshot.settings, slots, memory?.weights ?? 0, memory?.limits, wanted) };
@@ -109,7 +113,7 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
   const sized = memory && sizeLaunch(model, settings, slots, memory.weights, others, memory.limits);
   if (sized?.kind === "refuse") return sized;
   const sizing = sized?.sizing;
-  const need: MemoryNeed | undefined = sizing && memory && { bytes: sizing.estimate.total, budget: memory.limits.budget.bytes };
+  const need = sizing && memory && memoryNeed(sizing, memory.limits);
   const afterPeople = snapshot.lane === "batch" && snapshot.interactiveWaitingForRoom > 0;
   const eviction = afterPeople ? ({ kind: "wait" } as const) : pickEviction(views, limits.maxRunners, need);
   const runner = runnerOptions({ ...snapshot, settings }, model, mode, slots, sizing);
@@ -124,6 +128,26 @@ export function planLaunch(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode
     return { kind: "wait", waitsFor, runner, ...(kept.length > 0 ? { until: Math.min(...kept) } : {}) };
   }
   return { kind: "launch", runner };
+}
+
+/** The host caches the runner is launched with: the defaults, its model's `cacheRam` over them. */
+function promptCacheOf({ limits, settings }: Pick<LaunchSnapshot, "limits" | "settings">): PromptCacheLimits | undefined {
+  if (!limits.promptCache) return undefined;
+  return settings.cacheRam === undefined ? limits.promptCache : { ...limits.promptCache, bytes: settings.cacheRam };
+}
+
+/** The memory limits with the host caches the runner is launched with, counted in its estimate. */
+function withCaches(snapshot: LaunchSnapshot): LaunchSnapshot["memory"] {
+  const { memory } = snapshot;
+  const promptCache = promptCacheOf(snapshot);
+  if (!memory || !promptCache) return memory;
+  return { ...memory, limits: { ...memory.limits, promptCache } };
+}
+
+/** What the launch takes of the budget, and beside a GPU budget of the host's. */
+function memoryNeed({ estimate }: Sizing, { budget }: MemoryLimits): MemoryNeed {
+  const host = budget.hostBytes !== undefined ? { host: { bytes: estimate.host, budget: budget.hostBytes } } : {};
+  return { bytes: estimate.total, budget: budget.bytes, ...host };
 }
 
 /**
@@ -148,6 +172,7 @@ export const evictionView = (r: RunnerSnapshot, pinned: Keys, keptUntil?: number
   lastUsed: r.lastUsed,
   pinned: pinned.has(r.key),
   bytes: r.bytes,
+  ...(r.hostBytes ? { hostBytes: r.hostBytes } : {}),
   ...(keptUntil !== undefined ? { keptUntil } : {}),
 });
 
@@ -161,7 +186,8 @@ function runnerOptions(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode, sl
   const threads = fixedThreads ?? threadShare(limits.cpuCores, staying + 1);
   const ahead = Math.min(limits.runnerQueue ?? 0, limits.queueDepth);
   const pooling = mode === "embedding" ? embeddingPooling(model, settings.pooling) : undefined;
-  const launch = { slots, threads, ahead, alias: modelName(model), pooling, ...gpuAndContext(settings, sizing) };
+  const promptCache = promptCacheOf(snapshot);
+  const launch = { slots, threads, ahead, alias: modelName(model), pooling, ...(promptCache ? { promptCache } : {}), ...gpuAndContext(settings, sizing) };
   return {
     key,
     modelId: model.id,

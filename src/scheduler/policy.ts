@@ -17,12 +17,17 @@ export type RunnerView = {
   keptUntil?: number;
   /** Its estimated memory; 0 when memory is not counted. */
   bytes?: number;
+  /** Its host caches beside a GPU budget (see MemoryNeed's `host`). */
+  hostBytes?: number;
 };
 
 export type EvictionPlan = { kind: "room" } | { kind: "evict"; keys: string[] } | { kind: "wait" };
 
-/** The launch's estimated memory and the budget all runners share. */
-export type MemoryNeed = { bytes: number; budget: number };
+/**
+ * The launch's estimated memory and the budget all runners share; on a GPU budget also its host
+ * caches and the host's budget, which must hold as well.
+ */
+export type MemoryNeed = { bytes: number; budget: number; host?: { bytes: number; budget: number } };
 
 /**
  * Room for one more runner, under `maxRunners` and (when given) within the memory budget? Else the
@@ -31,9 +36,10 @@ export type MemoryNeed = { bytes: number; budget: number };
  * one would still not make room. A model too big even alone is the caller's to refuse.
  */
 export function pickEviction(running: RunnerView[], maxRunners: number, memory?: MemoryNeed): EvictionPlan {
-  const used = (views: RunnerView[]) => views.reduce((sum, r) => sum + (r.bytes ?? 0), 0);
+  const used = (views: RunnerView[], part: (r: RunnerView) => number | undefined) => views.reduce((sum, r) => sum + (part(r) ?? 0), 0);
+  const hostFits = (staying: RunnerView[]) => !memory?.host || used(staying, (r) => r.hostBytes) + memory.host.bytes <= memory.host.budget;
   const fits = (staying: RunnerView[]) =>
-    staying.length < maxRunners && (!memory || used(staying) + memory.bytes <= memory.budget);
+    staying.length < maxRunners && (!memory || used(staying, (r) => r.bytes) + memory.bytes <= memory.budget) && hostFits(staying);
   if (fits(running)) return { kind: "room" };
   if (running.some((r) => r.stopping)) return { kind: "wait" };
   const idle = running.filter((r) => !r.busy && !r.pinned && r.keptUntil === undefined).sort((a, b) => a.lastUsed - b.lastUsed);

@@ -26,6 +26,8 @@ export const ModelSettings = z.object({
       minAcceptanceRate: z.number().min(0).max(1).optional(),
     })
     .optional(),
+  /** Bytes of llama-server's host prompt cache (`--cache-ram`, whole MiB; 0: off); default: INFERENCE_CACHE_RAM. */
+  cacheRam: z.number().int().nonnegative().multipleOf(1024 * 1024).optional(),
   /** Embedding pooling; default: the model's own, else mean (see `embeddingPooling`). */
   pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
   runtimeFlags: z

@@ -29,6 +29,7 @@ export const runnerSnapshot = (r: Runner, leaving: boolean): RunnerSnapshot => (
   lastUsed: r.lastUsed,
   ...(r.lastInteractive !== undefined ? { lastInteractive: r.lastInteractive } : {}),
   bytes: r.options.memory?.total ?? 0,
+  ...(r.options.memory?.host ? { hostBytes: r.options.memory.host } : {}),
   threads: r.options.threads,
   threadsFixed: r.options.threadsFixed,
   ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),

@@ -3,6 +3,7 @@ import { ago, formatBytes, formatDuration, shortId, splitTag, table } from "../.
 import { linesView } from "../../src/cli/progress.ts";
 import { printable } from "../../src/cli/run.ts";
 import { targetOf } from "../../src/cli/client.ts";
+import { caches, describeFit } from "../../src/cli/fit.ts";
 
 // The command's pure parts: text formatting, the plain-lines progress, where it calls.
 
@@ -80,4 +81,15 @@ describe("where the command calls", () => {
     [{}, { MODEL_RUNNER_HOST: "0.0.0.0", MODEL_RUNNER_SOCK: "/s.sock" }, { kind: "unix", path: "/s.sock" }],
     [{ host: "http://o:2" }, { MODEL_RUNNER_HOST: "http://h:1" }, { kind: "tcp", url: "http://o:2" }],
   ])("options %j, env %j", (options, env, target) => expect(targetOf(options, env)).toEqual(target));
+});
+
+describe("the runners' prompt caches in ps and fit", () => {
+  const fit = (memory: Parameters<typeof caches>[0]) => describeFit({ fits: true, model: "ai/m", action: "load", alone: true, context_size: 4096, memory, beside: [], evicts: [], waits_for: [], budget: null });
+  it("on a CPU, as a share of the total; beside a GPU, as host memory; none when off", () => {
+    expect(fit({ where: "cpu", total_bytes: 3e9, prompt_cache_bytes: 1e9, checkpoints_bytes: 0, host_bytes: 0 })).toBe("ai/m fits alone: context 4096 tokens; 3.00 GB of memory; 1.00 GB of it prompt caches");
+    expect(fit({ where: "gpu", total_bytes: 2e9, prompt_cache_bytes: 1e9, checkpoints_bytes: 5e8, host_bytes: 1.5e9 })).toBe("ai/m fits alone: context 4096 tokens; 2.00 GB of GPU memory; 1.50 GB of host memory for prompt caches");
+    expect(fit({ where: "cpu", total_bytes: 2e9, prompt_cache_bytes: 0, checkpoints_bytes: 0, host_bytes: 0 })).toBe("ai/m fits alone: context 4096 tokens; 2.00 GB of memory");
+    // A server that does not count them.
+    expect(caches({ where: "cpu", total_bytes: 2e9 })).toBe("");
+  });
 });

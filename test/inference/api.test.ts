@@ -112,7 +112,16 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
       keep_alive: "5m",
       threads: expect.any(Number),
       context_size: expect.any(Number),
-      memory: { where: "cpu", total_bytes: expect.any(Number), weights_bytes: expect.any(Number), kv_cache_bytes: expect.any(Number), compute_bytes: expect.any(Number) },
+      memory: {
+        where: "cpu",
+        total_bytes: expect.any(Number),
+        weights_bytes: expect.any(Number),
+        kv_cache_bytes: expect.any(Number),
+        compute_bytes: expect.any(Number),
+        prompt_cache_bytes: expect.any(Number),
+        checkpoints_bytes: 0,
+        host_bytes: 0,
+      },
     });
     const metrics = await ask(unix(), "GET", `${P}/metrics`);
     expect(metrics.headers["content-type"]).toMatch(/^text\/plain/);

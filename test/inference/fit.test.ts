@@ -12,7 +12,9 @@ import { llamadock } from "../cli/command.ts";
 
 const SHAPE = shapeOf(tinyLlamaHeader())!;
 const WEIGHTS = tinyLlamaGguf().length;
-const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1 }).total;
+// Each runner's host prompt cache counts in its cost: a small one, so that two runners still fit.
+const PROMPT_CACHE = { bytes: 1024 * 1024, checkpoints: 4 };
+const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1, promptCache: PROMPT_CACHE }).total;
 const BUDGET = Math.floor(2.5 * cost(512));
 
 let stack: Stack;
@@ -20,7 +22,7 @@ beforeAll(async () => {
   stack = await startStack({
     models: ["ai/alpha", "ai/beta", "ai/gamma"],
     shaped: { "ai/long": { context: 65536 }, "ai/huge": { embedding: 1024, heads: 16, kvHeads: 4, feedForward: 2048 } },
-    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(BUDGET), INFERENCE_MIN_CONTEXT: "512" },
+    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(BUDGET), INFERENCE_CACHE_RAM: "1MiB", INFERENCE_MIN_CONTEXT: "512" },
   });
 });
 afterAll(async () => {

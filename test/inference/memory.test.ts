@@ -12,7 +12,9 @@ import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts"
 const TINY_HEADER = { ...tinyLlamaHeader(65536), "llama.attention.head_count_kv": "4" };
 const SHAPE = shapeOf(TINY_HEADER)!;
 const WEIGHTS = tinyLlamaGguf().length;
-const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1 }).total;
+// Each runner's host prompt cache counts in its cost: a small one, so that two runners still fit.
+const PROMPT_CACHE = { bytes: 1024 * 1024, checkpoints: 4 };
+const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1, promptCache: PROMPT_CACHE }).total;
 const BUDGET = Math.floor(2.5 * cost(512));
 
 let stack: Stack;
@@ -20,7 +22,7 @@ beforeAll(async () => {
   stack = await startStack({
     models: ["ai/alpha", "ai/beta", "ai/gamma"],
     shaped: { "ai/long": { context: 65536 }, "ai/huge": { embedding: 1024, heads: 16, kvHeads: 4, feedForward: 2048 } },
-    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(BUDGET), INFERENCE_MIN_CONTEXT: "1024" },
+    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(BUDGET), INFERENCE_CACHE_RAM: "1MiB", INFERENCE_MIN_CONTEXT: "1024" },
   });
 });
 afterAll(async () => {
@@ -80,7 +82,7 @@ describe("memory-aware scheduling", () => {
     const answer = await ask(tcp(), "POST", CHAT, chat("ai/huge"));
     expect(answer.status).toBe(507);
     expect(answer.json().error).toMatchObject({ type: "unavailable_error", code: "model_too_large" });
-    expect(answer.json().error.message).toMatch(/^model \S*ai\/huge:latest needs [\d.]+MiB \(weights [\d.]+MiB, KV cache [\d.]+MiB for 512 tokens, compute [\d.]+MiB\) but the memory budget is [\d.]+MiB; it does not fit with any context size$/);
+    expect(answer.json().error.message).toMatch(/^model \S*ai\/huge:latest needs [\d.]+MiB \(weights [\d.]+MiB, KV cache [\d.]+MiB for 512 tokens, compute [\d.]+MiB, prompt cache [\d.]+MiB\) but the memory budget is [\d.]+MiB; it does not fit with any context size$/);
     // Nothing was unloaded for it.
     expect(await loaded()).toEqual(before);
   });

@@ -14,7 +14,9 @@ import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts"
 // (INFERENCE_BATCH_EVICT_AFTER), and must be served once it is not.
 
 const SHAPE = shapeOf({ ...tinyLlamaHeader(65536), "llama.attention.head_count_kv": "4" })!;
-const cost = (contextSize: number) => estimateMemory(SHAPE, tinyLlamaGguf().length, { contextSize, slots: 1 }).total;
+// Each runner's host prompt cache counts in its cost: a small one.
+const PROMPT_CACHE = { bytes: 1024 * 1024, checkpoints: 4 };
+const cost = (contextSize: number) => estimateMemory(SHAPE, tinyLlamaGguf().length, { contextSize, slots: 1, promptCache: PROMPT_CACHE }).total;
 const KEPT_FOR = 5_000;
 /** The user's pause between two turns: well within KEPT_FOR, as a person reading an answer is. */
 const PAUSE_MS = 300;
@@ -23,7 +25,7 @@ let stack: Stack;
 beforeAll(async () => {
   stack = await startStack({
     models: ["ai/alpha", "ai/beta"],
-    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(Math.floor(1.5 * cost(512))), INFERENCE_MIN_CONTEXT: "1024", INFERENCE_BATCH_EVICT_AFTER: `${KEPT_FOR}ms` },
+    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(Math.floor(1.5 * cost(512))), INFERENCE_CACHE_RAM: "1MiB", INFERENCE_MIN_CONTEXT: "1024", INFERENCE_BATCH_EVICT_AFTER: `${KEPT_FOR}ms` },
   });
 });
 afterAll(async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { refuseFlags } from "../../src/scheduler/flags.ts";
 import { cgroupCpuLimit } from "../../src/scheduler/cpu.ts";
-import { embeddingPooling, keepAliveMs, pickEviction, threadShare, threadsInFlags, type RunnerView } from "../../src/scheduler/policy.ts";
+import { embeddingPooling, keepAliveMs, pickEviction, threadShare, threadsInFlags, type MemoryNeed, type RunnerView } from "../../src/scheduler/policy.ts";
 import type { PoolingType } from "../../sidecar/spec.ts";
 import type { ModelRef } from "../../src/scheduler/types.ts";
 
@@ -31,6 +31,17 @@ describe("pickEviction", () => {
     ["a full count evicts although memory is plenty", [sized("a", 1, 1), sized("b", 2, 1), sized("c", 3, 1)], { bytes: 1, budget: 100 }, { kind: "evict", keys: ["a"] }],
     ["room at exactly the budget", [sized("a", 1, 50)], { bytes: 50, budget: 100 }, { kind: "room" }],
   ])("memory: %s", (_, running, memory, plan) => {
+    expect(pickEviction(running, 3, memory)).toEqual(plan);
+  });
+
+  // Beside a GPU budget, the host caches: a second budget that must hold as well.
+  const hosted = (key: string, lastUsed: number, bytes: number, hostBytes: number, busy = false): RunnerView => ({ ...sized(key, lastUsed, bytes, busy), hostBytes });
+  it.each<[string, RunnerView[], MemoryNeed, ReturnType<typeof pickEviction>]>([
+    ["room when both hold", [hosted("a", 1, 10, 40)], { bytes: 10, budget: 100, host: { bytes: 60, budget: 100 } }, { kind: "room" }],
+    ["the host's budget alone evicts, though the GPU has room", [hosted("a", 5, 10, 40), hosted("b", 2, 10, 40)], { bytes: 10, budget: 100, host: { bytes: 30, budget: 100 } }, { kind: "evict", keys: ["b"] }],
+    ["the GPU's budget alone evicts, though the host has room", [hosted("a", 5, 60, 1), hosted("b", 2, 20, 1)], { bytes: 30, budget: 100, host: { bytes: 1, budget: 100 } }, { kind: "evict", keys: ["b"] }],
+    ["waits for a busy runner holding the host's memory", [hosted("a", 1, 10, 80, true)], { bytes: 10, budget: 100, host: { bytes: 30, budget: 100 } }, { kind: "wait" }],
+  ])("host memory: %s", (_, running, memory, plan) => {
     expect(pickEviction(running, 3, memory)).toEqual(plan);
   });
 });

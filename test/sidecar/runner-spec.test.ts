@@ -32,6 +32,12 @@ const cases: Array<[string, { mode?: RunnerMode; settings?: LaunchSettings; laun
     { settings: { speculative: { draftPath: "/models/d.gguf", numTokens: 8, minAcceptanceRate: 0.5 } } },
     base({}, ["--model-draft", "/models/d.gguf", "--spec-draft-n-max", "8", "--spec-draft-p-min", "0.5"]),
   ],
+  [
+    "the host prompt cache in whole MiB, and the checkpoints per slot",
+    { launch: { promptCache: { bytes: 1.5 * 1024 * 1024 + 1, checkpoints: 4 } } },
+    base({}, ["--cache-ram", "2", "--ctx-checkpoints", "4"]),
+  ],
+  ["the prompt cache off", { launch: { promptCache: { bytes: 0, checkpoints: 0 } } }, base({}, ["--cache-ram", "0", "--ctx-checkpoints", "0"])],
   ["a draft model alone", { settings: { speculative: { draftPath: "/models/d.gguf" } } }, base({}, ["--model-draft", "/models/d.gguf"])],
   [
     "the model's own flags come last, so they win",

@@ -13,6 +13,12 @@ export type MemoryBudget = {
   source: "setting" | "detected";
   reserveBytes: number;
   devices: GpuDevice[];
+  /**
+   * Beside a GPU budget: the system memory the runners' host caches (prompt cache, checkpoints)
+   * may use in all, less the reserve. A second budget that must hold as well. None on a CPU budget,
+   * where those caches are in `bytes`.
+   */
+  hostBytes?: number;
 };
 
 const MIB = 1024 * 1024;
@@ -73,8 +79,10 @@ export type BudgetInputs = {
  */
 export function memoryBudget({ gpus, systemBytes, cgroupBytes, setting, reserve }: BudgetInputs): MemoryBudget {
   const where = gpus.length > 0 ? "gpu" : "cpu";
-  const base = { where, reserveBytes: reserve, devices: gpus } as const;
+  const system = Math.min(systemBytes, cgroupBytes ?? Infinity);
+  const host = where === "gpu" ? { hostBytes: Math.max(0, system - reserve) } : {};
+  const base = { where, reserveBytes: reserve, devices: gpus, ...host } as const;
   if (setting !== undefined) return { ...base, bytes: setting, source: "setting", reserveBytes: 0 };
-  const detected = where === "gpu" ? gpus.reduce((sum, d) => sum + d.freeBytes, 0) : Math.min(systemBytes, cgroupBytes ?? Infinity);
+  const detected = where === "gpu" ? gpus.reduce((sum, d) => sum + d.freeBytes, 0) : system;
   return { ...base, bytes: Math.max(0, detected - reserve), source: "detected" };
 }

@@ -12,6 +12,14 @@
 //   micro-batch (512), the larger of the logits (4 x vocabulary) and the feed-forward activations
 //   (12 x feed_forward_length), plus 16 x embedding; plus the attention mask (2 bytes per cell of a
 //   slot's context per token), or with flash attention off the full scores (4 x heads per cell).
+// - prompt cache (host memory): llama-server keeps prompts of finished tasks in RAM up to
+//   `--cache-ram`, and always keeps the newest even past it, so the bound is the limit plus one
+//   slot's whole state (its share of the KV cache).
+// - context checkpoints (host memory): for sliding-window layers (unless `--swa-full`) each slot
+//   keeps up to `--ctx-checkpoints` copies of its window's cells (window + ubatch), to go back to
+//   an earlier point of a prompt. Checkpoints kept with a cached prompt count in its limit.
+// On a GPU budget the two caches are host memory, a second budget beside the GPU's (`host`); on a
+// CPU budget they are part of `total`.
 
 export type Header = Record<string, string>;
 
@@ -21,9 +29,29 @@ export type RunOptions = {
   slots: number;
   /** llama-server flags that change the cost: -ctk/-ctv, -ub/-b, -fa, --swa-full. */
   flags?: string[];
+  /** The host-memory caches the runner is launched with; none: neither is counted. */
+  promptCache?: PromptCacheLimits;
+  /** The caches are apart from the budget, in host memory (a GPU budget): counted in `host`. */
+  hostApart?: boolean;
 };
 
-export type Estimate = { weights: number; kvCache: number; compute: number; total: number; contextSize: number };
+/** llama-server's `--cache-ram` (in bytes, whole MiB; 0 = off) and `--ctx-checkpoints` per slot. */
+export type PromptCacheLimits = { bytes: number; checkpoints: number };
+
+export type Estimate = {
+  weights: number;
+  kvCache: number;
+  compute: number;
+  /** The host prompt cache's bound. */
+  promptCache: number;
+  /** The context checkpoints of every slot. */
+  checkpoints: number;
+  /** Bytes in the budget's place: all of the parts, less those counted in `host`. */
+  total: number;
+  /** Bytes in host memory beside a GPU budget (the two caches); 0 on a CPU budget. */
+  host: number;
+  contextSize: number;
+};
 
 /** Per layer: the K and V widths (elements per cell) and whether the layer uses a sliding window. */
 type Layer = { k: number; v: number; swa: boolean };
@@ -140,6 +168,22 @@ function kvCacheBytes(shape: Shape, { contextSize, slots, flags }: RunOptions, u
   return bytes;
 }
 
+/** The cells of one slot's sliding window, as llama.cpp sizes its part of the SWA cache. */
+const windowCells = (shape: Shape, slotCells: number, ubatch: number) => Math.min(slotCells, shape.window + ubatch);
+
+/** Host bytes of the prompt cache and the checkpoints (see the top of this file). */
+function cacheBytes(shape: Shape, run: RunOptions, kvCache: number, ubatch: number): { promptCache: number; checkpoints: number } {
+  const limits = run.promptCache;
+  if (!limits) return { promptCache: 0, checkpoints: 0 };
+  const promptCache = limits.bytes > 0 ? limits.bytes + Math.ceil(kvCache / run.slots) : 0;
+  const kBytes = CACHE_TYPE_BYTES[flagValue(run.flags, "-ctk", "--cache-type-k") ?? "f16"] ?? 2;
+  const vBytes = CACHE_TYPE_BYTES[flagValue(run.flags, "-ctv", "--cache-type-v") ?? "f16"] ?? 2;
+  const swaLayers = run.flags?.includes("--swa-full") ? [] : shape.layers.filter((l) => l.swa);
+  const cells = windowCells(shape, Math.ceil(run.contextSize / run.slots), ubatch);
+  const checkpoint = swaLayers.reduce((sum, l) => sum + cells * (l.k * kBytes + l.v * vBytes), 0);
+  return { promptCache, checkpoints: run.slots * limits.checkpoints * checkpoint };
+}
+
 function computeBytes(shape: Shape, { contextSize, slots, flags }: RunOptions, ubatch: number): number {
   const perToken = Math.max(4 * shape.vocabulary, 12 * shape.feedForward) + 16 * shape.embedding;
   const slotCells = Math.ceil(contextSize / slots);
@@ -154,7 +198,10 @@ export function estimateMemory(shape: Shape, weights: number, run: RunOptions): 
   const ubatch = Math.min(batch, Number(flagValue(run.flags, "-ub", "--ubatch-size") ?? DEFAULT_UBATCH)) || DEFAULT_UBATCH;
   const kvCache = kvCacheBytes(shape, run, ubatch);
   const compute = computeBytes(shape, run, ubatch);
-  return { weights, kvCache, compute, total: weights + kvCache + compute, contextSize: run.contextSize };
+  const { promptCache, checkpoints } = cacheBytes(shape, run, kvCache, ubatch);
+  const host = run.hostApart ? promptCache + checkpoints : 0;
+  const total = weights + kvCache + compute + promptCache + checkpoints - host;
+  return { weights, kvCache, compute, promptCache, checkpoints, total, host, contextSize: run.contextSize };
 }
 
 /** llama.cpp rounds a context up to a multiple of 256: the sizes offered here are such multiples. */

@@ -56,6 +56,12 @@ describe("memoryBudget", () => {
   ])("%s", (_, inputs, expected) => {
     expect(memoryBudget(inputs)).toMatchObject(expected);
   });
+
+  it("beside GPUs, a host budget for the runners' caches: system memory (cgroup-capped) less the reserve", () => {
+    expect(memoryBudget({ gpus, systemBytes: 64 * GIB, cgroupBytes: 16 * GIB, reserve: GIB }).hostBytes).toBe(15 * GIB);
+    expect(memoryBudget({ gpus, systemBytes: 64 * GIB, setting: 10 * GIB, reserve: GIB }).hostBytes).toBe(63 * GIB);
+    expect(memoryBudget({ gpus: [], systemBytes: 64 * GIB, reserve: GIB }).hostBytes).toBeUndefined();
+  });
 });
 
 // The GPU path with a stand-in nvidia-smi first on PATH: a script printing what the real one prints.

@@ -82,6 +82,44 @@ describe("estimateMemory", () => {
   });
 });
 
+describe("estimateMemory: the host caches", () => {
+  const shape = shapeOf(llama())!;
+  const cache = { bytes: 1024 * MIB, checkpoints: 4 };
+  it("none without limits: llama-server's own are not counted here", () => {
+    const estimate = estimateMemory(shape, 0, { contextSize: 8192, slots: 4 });
+    expect([estimate.promptCache, estimate.checkpoints, estimate.host]).toEqual([0, 0, 0]);
+  });
+
+  it("the prompt cache: its limit, plus one slot's state (the newest is kept past the limit)", () => {
+    const estimate = estimateMemory(shape, 0, { contextSize: 8192, slots: 4, promptCache: cache });
+    // 1024 MiB of KV cache, a quarter of it per slot.
+    expect(estimate.promptCache).toBe(1024 * MIB + 256 * MIB);
+    expect(estimate.checkpoints).toBe(0); // no sliding-window layers
+    expect(estimate.total).toBe(estimate.kvCache + estimate.compute + estimate.promptCache);
+    expect(estimateMemory(shape, 0, { contextSize: 8192, slots: 4, promptCache: { bytes: 0, checkpoints: 4 } }).promptCache).toBe(0);
+  });
+
+  it("checkpoints: per slot, each the sliding-window layers' cells of a slot, unless --swa-full", () => {
+    const header = { ...llama({ "llama.block_count": "2" }), "llama.attention.sliding_window": "1024", "llama.attention.sliding_window_pattern": "2" };
+    const swa = shapeOf(header)!;
+    const perCell = (1024 + 1024) * 2;
+    // 2 slots x 4 checkpoints x one SWA layer x min(16384, 1024 + 512) cells
+    const run = { contextSize: 32768, slots: 2, promptCache: cache };
+    expect(estimateMemory(swa, 0, run).checkpoints).toBe(2 * 4 * 1536 * perCell);
+    expect(estimateMemory(swa, 0, { ...run, flags: ["--swa-full"] }).checkpoints).toBe(0);
+    expect(estimateMemory(swa, 0, { ...run, promptCache: { ...cache, checkpoints: 0 } }).checkpoints).toBe(0);
+  });
+
+  it("beside a GPU budget the caches are host memory, out of the total", () => {
+    const run = { contextSize: 8192, slots: 4, promptCache: cache };
+    const inside = estimateMemory(shape, 0, run);
+    const apart = estimateMemory(shape, 0, { ...run, hostApart: true });
+    expect(apart.host).toBe(inside.promptCache + inside.checkpoints);
+    expect(apart.total).toBe(inside.total - apart.host);
+    expect(inside.host).toBe(0);
+  });
+});
+
 describe("largestFittingContext", () => {
   const shape = shapeOf(llama())!;
   const weights = 4_920 * MIB;

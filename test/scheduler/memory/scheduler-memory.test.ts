@@ -3,7 +3,7 @@ import { createScheduler } from "../../../src/scheduler/scheduler.ts";
 import type { ModelSettings } from "../../../src/scheduler/settings.ts";
 import type { ModelRef } from "../../../src/scheduler/types.ts";
 import type { MemoryBudget } from "../../../src/scheduler/memory/budget.ts";
-import { estimateMemory, shapeOf } from "../../../src/scheduler/memory/estimate.ts";
+import { estimateMemory, shapeOf, type PromptCacheLimits } from "../../../src/scheduler/memory/estimate.ts";
 import { fakeStarter, tick } from "../fake-runner.ts";
 import { tinyLlamaHeader } from "../../support/tiny-gguf.ts";
 
@@ -22,15 +22,17 @@ const WEIGHTS: Record<string, number> = { "sha256:big": 5 * MIB, "sha256:huge": 
 const weightsOf = (m: ModelRef) => WEIGHTS[m.id] ?? MIB;
 const cost = (m: ModelRef, contextSize: number, slots = 1) => estimateMemory(shapeOf(m.config!.gguf!)!, weightsOf(m), { contextSize, slots }).total;
 
-const budget = (bytes: number, where: "gpu" | "cpu" = "cpu"): MemoryBudget => ({ where, bytes, source: "setting", reserveBytes: 0, devices: [] });
+const budget = (bytes: number, where: "gpu" | "cpu" = "cpu", hostBytes?: number): MemoryBudget => ({ where, bytes, source: "setting", reserveBytes: 0, devices: [], ...(hostBytes !== undefined ? { hostBytes } : {}) });
 
-function setup(bytes: number, where: "gpu" | "cpu" = "cpu", settings: Record<string, ModelSettings> = {}) {
+type Caches = { promptCache: PromptCacheLimits; hostBytes?: number };
+
+function setup(bytes: number, where: "gpu" | "cpu" = "cpu", settings: Record<string, ModelSettings> = {}, caches?: Caches) {
   const fake = fakeStarter();
   const scheduler = createScheduler({
     start: fake.start,
     settings: { get: async (id) => settings[id] ?? {}, all: async () => settings, update: async () => ({}) },
-    limits: { maxRunners: 8, slots: 1, queueDepth: 1, keepAlive: "5m", cpuCores: 4, threads: 1 },
-    memory: async () => ({ budget: budget(bytes, where), minContext: 1024 }),
+    limits: { maxRunners: 8, slots: 1, queueDepth: 1, keepAlive: "5m", cpuCores: 4, threads: 1, ...(caches ? { promptCache: caches.promptCache } : {}) },
+    memory: async () => ({ budget: budget(bytes, where, caches?.hostBytes), minContext: 1024 }),
     modelBytes: async (m) => weightsOf(m),
   });
   const use = async (m: ModelRef) => {
@@ -103,6 +105,48 @@ describe("scheduling by memory", () => {
     const cpu = setup(100 * MIB, "cpu");
     await cpu.use(a);
     expect(cpu.started[0]!.spec.gpuLayers).toBeUndefined();
+  });
+
+  it("passes the host caches' limits to every runner and counts them in its estimate on a CPU budget", async () => {
+    const a = model("a");
+    const promptCache = { bytes: 8 * MIB, checkpoints: 2 };
+    const { scheduler, started, use } = setup(100 * MIB, "cpu", {}, { promptCache });
+    await use(a);
+    expect(started[0]!.spec.extraArgs).toEqual(expect.arrayContaining(["--cache-ram", "8", "--ctx-checkpoints", "2"]));
+    const memory = scheduler.runners()[0]!.memory!;
+    expect(memory.promptCache).toBeGreaterThan(8 * MIB);
+    expect(memory.host).toBe(0);
+    expect(memory.total).toBe(cost(a, memory.contextSize) + memory.promptCache);
+  });
+
+  it("a model's own cacheRam replaces the default for its runner, in its flags and its estimate", async () => {
+    const [a, b] = [model("a"), model("b")];
+    const promptCache = { bytes: 8 * MIB, checkpoints: 2 };
+    const { scheduler, started, use } = setup(100 * MIB, "cpu", { "sha256:b": { cacheRam: 0 } }, { promptCache });
+    await use(a);
+    await use(b);
+    expect(started[1]!.spec.extraArgs).toEqual(expect.arrayContaining(["--cache-ram", "0", "--ctx-checkpoints", "2"]));
+    const [ma, mb] = ["a", "b"].map((n) => scheduler.runners().find((r) => r.model === `ai/${n}:latest`)!.memory!);
+    expect(ma!.promptCache).toBeGreaterThan(8 * MIB);
+    expect(mb!.promptCache).toBe(0);
+  });
+
+  it("beside a GPU budget, the caches are held to the host's budget: a launch evicts for it, a model whose caches exceed it alone is refused", async () => {
+    const [a, b] = [model("a"), model("b")];
+    const promptCache = { bytes: 8 * MIB, checkpoints: 2 };
+    // The GPU holds both runners; the host's 12 MiB holds one prompt cache (8 MiB + a slot's state).
+    const { scheduler, started, use } = setup(100 * MIB, "gpu", {}, { promptCache, hostBytes: 12 * MIB });
+    await use(a);
+    const memory = scheduler.runners()[0]!.memory!;
+    expect(memory.host).toBe(memory.promptCache);
+    expect(memory.total).toBe(cost(a, memory.contextSize));
+    await use(b);
+    expect(names(scheduler)).toEqual(["b"]);
+    expect(started.map((p) => p.stopped)).toEqual([true, false]);
+    const tight = setup(100 * MIB, "gpu", {}, { promptCache, hostBytes: 4 * MIB });
+    const refused = await tight.scheduler.acquire(a, "completion").catch((e: unknown) => e);
+    expect(refused).toMatchObject({ status: 507, message: expect.stringMatching(/host memory/) });
+    expect(tight.started).toHaveLength(0);
   });
 
   it("names its estimate beside an out-of-memory at load", async () => {
