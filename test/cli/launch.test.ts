@@ -92,7 +92,7 @@ describe("--print", () => {
       CLAUDE_CODE_TOTAL_TOKENS_REMINDER: "off",
       CLAUDE_CODE_ATTRIBUTION_HEADER: "0",
       // 131072 per slot: the model's trained context for each of the 4 slots.
-      CLAUDE_CODE_AUTO_COMPACT_WINDOW: "131072",
+      CLAUDE_CODE_MAX_CONTEXT_TOKENS: "131072",
     });
     expect(stdout.trimEnd().split("\n").at(-1)).toBe("claude");
     // Nothing written: --print only shows (Bun keeps a cache of its own in HOME).
@@ -144,7 +144,7 @@ describe("the model and its context", () => {
   });
 
   it("a context too small for the agent's opening prompt: one line with the configure command, which fixes it", async () => {
-    for (const [agent, needed] of [["claude", 23000], ["codex", 10000], ["opencode", 12000]] as const) {
+    for (const [agent, needed] of [["claude", 23000], ["codex", 19000], ["opencode", 15000]] as const) {
       const refused = await llamadock(["launch", agent, "ai/tiny"], overSocket());
       expect(refused.code, agent).toBe(1);
       expect(refused.stderr.split("\n")).toHaveLength(2);
@@ -155,7 +155,7 @@ describe("the model and its context", () => {
     expect((await llamadock(fix.split(" ").slice(1), overSocket())).code).toBe(0);
     const fixed = await llamadock(["launch", "claude", "ai/tiny", "--print"], overSocket());
     expect(fixed.code, fixed.stderr).toBe(0);
-    expect(vars(fixed.stdout).CLAUDE_CODE_AUTO_COMPACT_WINDOW).toBe("46080");
+    expect(vars(fixed.stdout).CLAUDE_CODE_MAX_CONTEXT_TOKENS).toBe("46080");
   });
 
   it("without MODEL: the model loaded (configure preloads it)", async () => {
@@ -181,7 +181,7 @@ describe("running the agent", () => {
     const seen = vars(await dumped(agent, "env"));
     if (agent === "claude") {
       for (const tier of TIERS) expect(seen[tier], tier).toBe("ai/long");
-      expect(seen).toMatchObject({ ANTHROPIC_AUTH_TOKEN: KEY, ANTHROPIC_API_KEY: "", CLAUDE_CODE_TOTAL_TOKENS_REMINDER: "off", CLAUDE_CODE_AUTO_COMPACT_WINDOW: "131072" });
+      expect(seen).toMatchObject({ ANTHROPIC_AUTH_TOKEN: KEY, ANTHROPIC_API_KEY: "", CLAUDE_CODE_TOTAL_TOKENS_REMINDER: "off", CLAUDE_CODE_MAX_CONTEXT_TOKENS: "131072" });
     } else {
       expect(seen.LLAMADOCK_API_KEY).toBe(KEY);
       const config = await dumped(agent, "config");

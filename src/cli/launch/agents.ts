@@ -54,8 +54,8 @@ const keyOrPlaceholder = (key: string) => key || "llamadock";
 const claude: Agent = {
   dialect: "Anthropic Messages (/v1/messages)",
   install: "npm install -g @anthropic-ai/claude-code",
-  // Its first request measured ~23k tokens with a typical BPE vocabulary (12 tools, ~6.9k
-  // characters of system prompt).
+  // Its first request measured ~23k tokens with a typical BPE vocabulary (12 tools, ~7k
+  // characters of system prompt: 48.0k characters of JSON with the first message).
   openingTokens: 23_000,
   plan(setup, args) {
     const tiers = ["ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL"];
@@ -67,8 +67,10 @@ const claude: Agent = {
       ANTHROPIC_API_KEY: "",
       ...Object.fromEntries(tiers.map((name) => [name, setup.model])),
       CLAUDE_CONFIG_DIR: setup.home,
-      // Compact before the runner's context is full, not at Anthropic's 200k.
-      ...(setup.context ? { CLAUDE_CODE_AUTO_COMPACT_WINDOW: String(setup.context) } : {}),
+      // The model's real window, for a model it does not know: it compacts before the runner's
+      // context is full, not at Anthropic's 200k. (CLAUDE_CODE_AUTO_COMPACT_WINDOW takes nothing
+      // under 100k: Claude Code 2.1.332 raises it to that and warns.)
+      ...(setup.context ? { CLAUDE_CODE_MAX_CONTEXT_TOKENS: String(setup.context) } : {}),
       // The token countdown is a system message after every tool result, and the attribution
       // header changes per request: either breaks the prompt prefix llama-server caches.
       CLAUDE_CODE_TOTAL_TOKENS_REMINDER: "off",
@@ -88,8 +90,9 @@ const toml = (text: string) => JSON.stringify(text);
 const codex: Agent = {
   dialect: "OpenAI Responses (/v1/responses)",
   install: "npm install -g @openai/codex",
-  // Estimated: its base instructions (~20k characters) and 9 tools' schemas.
-  openingTokens: 10_000,
+  // Measured (Codex 0.171.0, `exec`): 38.9k characters of instructions, 9 tools and input, against
+  // Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 19_000,
   plan(setup, args) {
     const config = [
       `model = ${toml(setup.model)}`,
@@ -113,8 +116,9 @@ const codex: Agent = {
 const opencode: Agent = {
   dialect: "OpenAI chat completions (/v1/chat/completions)",
   install: "npm install -g opencode-ai",
-  // Estimated: its system prompt (~9k characters) and its tools' descriptions (bash's alone ~8k).
-  openingTokens: 12_000,
+  // Measured (opencode 1.18.33, `run`): 30.6k characters of system prompt, 10 tools and input,
+  // against Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 15_000,
   plan(setup, args) {
     const path = join(setup.home, "opencode.json");
     const id = `llamadock/${setup.model}`;
