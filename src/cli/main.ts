@@ -3,6 +3,7 @@ import { Command, CommanderError } from "commander";
 import { CliError, createClient, type ClientOptions } from "./client.ts";
 import { engineCommands } from "./engines.ts";
 import { fitCommand } from "./fit.ts";
+import { launchCommand } from "./launch/command.ts";
 import { modelCommands } from "./models.ts";
 import { pushCommands } from "./push.ts";
 import { runCommand } from "./run.ts";
@@ -31,6 +32,7 @@ export function buildProgram(): Command {
   engineCommands(program, clientFor, version);
   usageCommand(program, clientFor);
   fitCommand(program, clientFor);
+  launchCommand(program, clientFor);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

@@ -83,6 +83,8 @@ const psEntry = (r: RunnerInfo) => ({
   keep_alive: r.keepAlive,
   threads: r.threads,
   ...(r.contextSize !== undefined ? { context_size: r.contextSize } : {}),
+  // The slots share the context: a request gets context_size / slots (llama-server's --parallel).
+  ...(r.slots !== undefined ? { slots: r.slots } : {}),
   // The estimate it was launched with, in bytes, and where that memory is.
   ...(r.memory
     ? {

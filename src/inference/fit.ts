@@ -92,14 +92,15 @@ const memoryFields = (m: NonNullable<Extract<FitAnswer, { action: "load" | "evic
 /** The answer in the engine API's snake_case. */
 function fitFields(answer: FitAnswer) {
   if (answer.action === "loaded") {
-    const { contextSize, memory } = answer.runner;
-    return { action: "loaded", context_size: contextSize ?? null, memory: memory ? memoryFields(memory) : null };
+    const { contextSize, slots, memory } = answer.runner;
+    return { action: "loaded", context_size: contextSize ?? null, slots: slots ?? null, memory: memory ? memoryFields(memory) : null };
   }
   return {
     action: answer.action,
     // Alone: nothing else stays loaded beside it.
     alone: answer.beside.length === 0,
     context_size: answer.contextSize ?? null,
+    slots: answer.slots ?? null,
     memory: answer.memory ? memoryFields(answer.memory) : null,
     beside: runners(answer.beside),
     evicts: runners(answer.evicts),

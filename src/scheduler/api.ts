@@ -79,6 +79,8 @@ export type RunnerInfo = {
   pinned: boolean;
   /** The context it runs with, when the scheduler chose or knows it. */
   contextSize?: number;
+  /** Its slots (llama-server's --parallel), which share that context: one request gets its share. */
+  slots?: number;
   /** Its estimated memory and where that is, when a budget is kept. */
   memory?: Sizing["estimate"] & { where: Sizing["where"] };
 };
@@ -120,10 +122,11 @@ export interface Scheduler {
 
 /** What a load of the model would do now, as `GET /engines/fit` tells it. */
 export type FitAnswer =
-  | { action: "loaded"; runner: { contextSize?: number; memory?: Sizing["estimate"] & { where: Sizing["where"] } } }
+  | { action: "loaded"; runner: { contextSize?: number; slots?: number; memory?: Sizing["estimate"] & { where: Sizing["where"] } } }
   | {
       action: "load" | "evict" | "wait";
       contextSize: number | undefined;
+      slots: number | undefined;
       memory: (Sizing["estimate"] & { where: Sizing["where"] }) | undefined;
       /** The runners that stay loaded beside it. */
       beside: FitRunner[];

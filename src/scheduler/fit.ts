@@ -15,6 +15,7 @@ export function fitAnswer(plan: Exclude<LaunchPlan, { kind: "refuse" }>, runners
   return {
     action: plan.kind === "launch" ? "load" : plan.kind,
     contextSize: plan.runner.spec.contextSize,
+    slots: plan.runner.spec.parallel,
     memory: plan.runner.memory,
     beside: list(staying.map((v) => v.key)),
     evicts: list(evicted),

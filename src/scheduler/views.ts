@@ -16,6 +16,7 @@ export const runnerInfo = (runner: Runner, pinned: boolean): RunnerInfo => ({
   threads: runner.options.threads,
   pinned,
   ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
+  ...(runner.options.spec.parallel !== undefined ? { slots: runner.options.spec.parallel } : {}),
   ...(runner.options.memory ? { memory: runner.options.memory } : {}),
 });
 

@@ -35,7 +35,7 @@ describe("help", () => {
   it("lists every subcommand, and each answers --help with status 0", async () => {
     const { code, stdout } = await llamadock(["--help"], env);
     expect(code).toBe(0);
-    for (const name of ["serve", "pull", "ls", "rm", "tag", "inspect", "df", "purge", "push", "package", "run", "ps", "unload", "configure", "fit", "logs", "status", "version"]) {
+    for (const name of ["serve", "pull", "ls", "rm", "tag", "inspect", "df", "purge", "push", "package", "run", "ps", "unload", "configure", "fit", "launch", "logs", "status", "version"]) {
       expect(stdout).toMatch(new RegExp(`^  ${name}\\b`, "m"));
       const help = await llamadock([name, "--help"], env);
       expect(help.code, name).toBe(0);

@@ -112,6 +112,7 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
       keep_alive: "5m",
       threads: expect.any(Number),
       context_size: expect.any(Number),
+      slots: 4,
       memory: {
         where: "cpu",
         total_bytes: expect.any(Number),

@@ -48,13 +48,13 @@ describe("will it fit", () => {
     const pids = await stack.runnerPids();
     const { status, body } = await fit("model=ai/alpha");
     expect(status).toBe(200);
-    expect(body).toMatchObject({ fits: true, action: "load", alone: true, context_size: 512, memory: { where: "cpu", total_bytes: cost(512) }, evicts: [], beside: [] });
+    expect(body).toMatchObject({ fits: true, action: "load", alone: true, context_size: 512, slots: 1, memory: { where: "cpu", total_bytes: cost(512) }, evicts: [], beside: [] });
     expect(body.budget).toMatchObject({ budget_bytes: BUDGET, used_bytes: 0 });
     expect(await stack.runnerPids()).toEqual(pids);
     expect(await loaded()).toEqual([]);
     expect((await ask(tcp(), "POST", CHAT, chat("ai/alpha"))).status).toBe(200);
-    expect(await entry("alpha")).toMatchObject({ context_size: body.context_size, memory: { total_bytes: body.memory.total_bytes } });
-    expect((await fit("model=ai/alpha")).body).toMatchObject({ fits: true, action: "loaded", context_size: 512 });
+    expect(await entry("alpha")).toMatchObject({ context_size: body.context_size, slots: body.slots, memory: { total_bytes: body.memory.total_bytes } });
+    expect((await fit("model=ai/alpha")).body).toMatchObject({ fits: true, action: "loaded", context_size: 512, slots: body.slots });
   });
 
   it("fits beside what is loaded, and the load keeps it", async () => {
