@@ -4,6 +4,7 @@ import { parseJson, readBody } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
 import { counted, infer, type InferenceDeps } from "../inference/routes.ts";
 import { textFormatFields } from "./responses-format.ts";
+import { servableInput } from "./responses-input.ts";
 
 // OpenAI's Responses API (what Codex speaks). llama-server serves `/v1/responses` itself, but
 // statelessly: it refuses `previous_response_id`. So recent responses are kept here, in memory
@@ -75,7 +76,8 @@ export function responsesRoutes(deps: InferenceDeps, store: ResponseStore, scope
     const body = parseJson(await readBody(request, deps.bodyLimit));
     const isObject = typeof body === "object" && body !== null && !Array.isArray(body);
     const { previous_response_id: _, ...rest } = isObject ? (body as Item) : {};
-    const input = isObject ? conversation(body as Item, store, scope) : undefined;
+    // The conversation's items rewritten into ones llama-server takes (see responses-input.ts).
+    const input = isObject ? servableInput(conversation(body as Item, store, scope)) : undefined;
     const keep = isObject && (body as Item).store !== false;
     // Anything but an object goes on as it came, for the checks to refuse in the usual words.
     const json = isObject ? { ...rest, input, ...textFormatFields(body as Item) } : body;
