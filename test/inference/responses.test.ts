@@ -1,5 +1,6 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CODEX_SECOND_TURN } from "../support/codex-items.ts";
 import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 
@@ -9,7 +10,8 @@ import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({ models: ["ai/tiny"] });
+  // ai/tiny is trained on 512 tokens, fewer than Codex's items; ai/roomy on 4096.
+  stack = await startStack({ models: ["ai/tiny"], shaped: { "ai/roomy": { context: 4096 } } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -50,6 +52,30 @@ describe.each(["/v1", "/engines/llama.cpp/v1"])("responses at %s", (base) => {
   });
 });
 
+describe("responses, Codex's items", () => {
+  // Codex's second request, as it sends it (stream, store false, its items): llama-server alone
+  // refuses the reasoning item without text with "Cannot determine type of 'item'".
+  it("answers Codex's second turn, streamed and not", async () => {
+    const input = CODEX_SECOND_TURN as unknown as OpenAI.Responses.ResponseInput;
+    const whole = await client("/v1").responses.create({ model: "ai/roomy", input, store: false, max_output_tokens: 2, ...extra });
+    expect(whole.status).toBe("completed");
+    const stream = await client("/v1").responses.create({ model: "ai/roomy", input, store: false, stream: true, max_output_tokens: 2, ...extra });
+    let completed: OpenAI.Responses.Response | undefined;
+    for await (const event of stream) if (event.type === "response.completed") completed = event.response;
+    expect(completed?.status).toBe("completed");
+  });
+
+  it("answers an apply_patch call and its output (custom tool items) continued from a kept response", async () => {
+    const first = await client("/v1").responses.create({ model: "ai/tiny", input: "patch it", max_output_tokens: 2, ...extra });
+    const input = [
+      { type: "custom_tool_call", call_id: "call_1", name: "apply_patch", input: "*** Begin Patch\n*** End Patch" },
+      { type: "custom_tool_call_output", call_id: "call_1", output: "Done!" },
+    ] as unknown as OpenAI.Responses.ResponseInput;
+    const next = await client("/v1").responses.create({ model: "ai/tiny", input, previous_response_id: first.id, max_output_tokens: 2, ...extra });
+    expect(next.status).toBe("completed");
+  });
+});
+
 describe("responses, refused", () => {
   it.each([
     ["an unknown previous_response_id", { model: "ai/tiny", input: "x", previous_response_id: "resp_nope" }, 404, "response_not_found"],
@@ -59,6 +85,12 @@ describe("responses, refused", () => {
   ])("%s", async (_, body, status, code) => {
     const answer = await ask({ url: stack.url }, "POST", "/v1/responses", body);
     expect([answer.status, answer.json().error.code]).toEqual([status, code]);
+  });
+
+  it("an item llama-server cannot take, rewritten by none, is refused by its index and type", async () => {
+    const answer = await ask({ url: stack.url }, "POST", "/v1/responses", { model: "ai/tiny", input: [{ role: "user", content: "x" }, { type: "web_search_call", id: "ws_1" }] });
+    expect([answer.status, answer.json().error.code]).toEqual([400, "unsupported_input_item"]);
+    expect(answer.json().error.message).toContain("input[1] (web_search_call)");
   });
 
   it("store: false keeps nothing", async () => {
