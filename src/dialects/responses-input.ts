@@ -2,8 +2,8 @@ import { HttpError } from "../http/errors.ts";
 
 // llama-server turns a Responses `input` into chat messages itself, and fails the whole request
 // with an opaque 400 ("Cannot determine type of 'item'") on any item it does not know. Codex sends
-// such items from its second request on: a reasoning item without `content` (it leaves out the
-// reasoning text it was given), its freeform tools' `custom_tool_call`s, and the like. So each item
+// such items once a turn has called its freeform apply_patch tool (a `custom_tool_call` and its
+// output), and other clients send reasoning without text or object arguments. So each item
 // is rewritten here into one llama-server takes, with its meaning kept; what cannot be is refused
 // by its index and type. Pure: items in, items out.
 //
@@ -103,7 +103,8 @@ function toolOutput(output: unknown): unknown {
 
 /**
  * Reasoning with its text kept: its content if it has some, else its summary's text; with neither
- * (Codex leaves the text out, and encrypted content is nothing a local model can read) it is dropped.
+ * (OpenAI's own reasoning comes as a summary and encrypted content, which no local model can read)
+ * it is dropped.
  */
 function reasoning(item: Item): Item[] {
   const content = Array.isArray(item.content) ? item.content.flatMap((part: unknown) => textOf(part) ?? []) : [];

@@ -30,7 +30,7 @@ describe("servableInput", () => {
       [{ type: "message", role: "user", content: [{ type: "input_text", text: "t" }, { type: "input_image", image_url: "data:," }, { type: "input_file", file_data: "x" }] }],
     ],
     [
-      "Codex's reasoning without content (encrypted_content null): dropped",
+      "reasoning without content or summary (encrypted_content null): dropped",
       [{ type: "reasoning", id: "rs_1", summary: [], encrypted_content: null }],
       [],
     ],
@@ -81,9 +81,10 @@ describe("servableInput", () => {
     expect(servableInput(input)).toEqual(expected);
   });
 
-  it("Codex's second turn: every item one llama-server takes, the reasoning without text left out", () => {
+  it("Codex's second turn: every item one llama-server takes, its apply_patch call as a function call", () => {
     const sent = servableInput(CODEX_SECOND_TURN) as { type: string }[];
-    expect(sent.map((item) => item.type)).toEqual(["message", "message", "message", "message", "function_call", "function_call_output", "message", "message"]);
+    const types = ["message", "message", "message", "message", "reasoning", "function_call", "function_call_output", "function_call", "function_call_output", "message", "message"];
+    expect(sent.map((item) => item.type)).toEqual(types);
   });
 
   it.each<[string, unknown, string]>([
