@@ -94,11 +94,17 @@ function inputPart(part: unknown): Item[] {
   return [{ type: "input_text", text }];
 }
 
-/** A tool's output as llama-server takes it: a string, or input_text parts (other parts' text kept, the rest as JSON). */
+/**
+ * A tool's output as llama-server takes it: a string, or input_text parts (other parts' text kept,
+ * the rest as JSON). Images and files stay what they are: the media checks see them as they see a
+ * message's (a URL refused there is never turned into text that slips past them).
+ */
 function toolOutput(output: unknown): unknown {
   if (typeof output === "string") return output;
   if (!Array.isArray(output)) return asJson(output);
-  return output.map((part: unknown) => ({ type: "input_text", text: textOf(part) ?? JSON.stringify(part) }));
+  return output.map((part: unknown) =>
+    isObject(part) && (part.type === "input_image" || part.type === "input_file") ? part : { type: "input_text", text: textOf(part) ?? JSON.stringify(part) },
+  );
 }
 
 /**

@@ -50,9 +50,14 @@ describe("servableInput", () => {
       [{ type: "function_call", call_id: "c1", name: "f", arguments: '{"a":1}' }],
     ],
     [
-      "a function_call_output of text and image parts: each as input_text",
+      "a function_call_output of text and image parts: the text as input_text, the image kept (for the media checks)",
       [{ type: "function_call_output", call_id: "c1", output: [{ type: "output_text", text: "ok" }, { type: "input_image", image_url: "data:," }] }],
-      [{ type: "function_call_output", call_id: "c1", output: [{ type: "input_text", text: "ok" }, { type: "input_text", text: '{"type":"input_image","image_url":"data:,"}' }] }],
+      [{ type: "function_call_output", call_id: "c1", output: [{ type: "input_text", text: "ok" }, { type: "input_image", image_url: "data:," }] }],
+    ],
+    [
+      "a function_call_output's other parts: their text, else as JSON",
+      [{ type: "function_call_output", call_id: "c1", output: [{ type: "input_audio", data: "x" }] }],
+      [{ type: "function_call_output", call_id: "c1", output: [{ type: "input_text", text: '{"type":"input_audio","data":"x"}' }] }],
     ],
     ["a function_call_output of an object: as JSON", [{ type: "function_call_output", call_id: "c1", output: { exit: 0 } }], [{ type: "function_call_output", call_id: "c1", output: '{"exit":0}' }]],
     [
