@@ -10,6 +10,7 @@ import { modelBytes } from "./memory/detect.ts";
 import type { MemoryLimits } from "./memory/sizing.ts";
 import type { ModelSettings } from "./settings.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
+import { createRoomWaits } from "./room-waits.ts";
 import { modelName, type Lane, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
 import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 
@@ -27,14 +28,7 @@ export type { RunnerInfo, Scheduler, SchedulerDeps, SchedulerLimits, SchedulerOb
 export function createScheduler(deps: SchedulerDeps): Scheduler {
   const active = new Map<string, Runner>();
   const leaving = new Set<Runner>();
-  const capacityWaiters = new Set<() => void>();
-  /** Runner key -> requests waiting for room to launch it: as many as its slots and queue hold. */
-  const waitingForRoom = new Map<string, number>();
-  /**
-   * Interactive requests waiting for room to launch any runner, from their first wait until they
-   * have their runner (or give up): batch launches wait until none does (see launch-plan.ts).
-   */
-  let interactiveWaitingForRoom = 0;
+  const room = createRoomWaits();
   /** Model id -> deletes in progress: no runner of these launches. */
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
@@ -53,11 +47,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
   const snapshotOf = (r: Runner): RunnerSnapshot => runnerSnapshot(r, leaving.has(r));
 
-  const notifyCapacity = () => {
-    const waiters = [...capacityWaiters];
-    capacityWaiters.clear();
-    for (const wake of waiters) wake();
-  };
+  const notifyCapacity = room.notify;
 
   const events: RunnerEvents = {
     idle: notifyCapacity,
@@ -112,17 +102,6 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     void withRunner(model, mode, undefined, {}, () => {}).catch(() => {});
   }
 
-  /** Until a runner goes idle or away, or (`until`) a runner kept for interactive users is free for batch work. */
-  function waitForCapacity(signal?: AbortSignal, until?: number): Promise<void> {
-    let wake!: () => void;
-    const woken = new Promise<void>((resolve) => (wake = resolve));
-    capacityWaiters.add(wake);
-    // No event marks that time: a timer does. The waiting request keeps the process up, not it.
-    const timer = until === undefined ? undefined : setTimeout(() => (capacityWaiters.delete(wake), wake()), until - Date.now());
-    (timer as { unref?: () => void } | undefined)?.unref?.();
-    return unlessAborted(woken, signal, () => capacityWaiters.delete(wake)).finally(() => clearTimeout(timer));
-  }
-
   /**
    * Finds (or launches) the model's runner and hands it to `use` in the same synchronous step, so
    * that what `use` does (take a lease, join the queue) makes the runner busy before anything else
@@ -163,14 +142,14 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         else {
           if (lane === "interactive" && !counted) {
             counted = true;
-            interactiveWaitingForRoom++;
+            room.interactiveWaits();
           }
-          await waitForRoom(key, model, mode, signal, plan.until);
+          await room.wait(key, signal, plan.until, (n) => deps.observe?.waitingForRoom?.(modelName(model), mode, n));
         }
       }
     } finally {
       // The batch launches that waited behind it plan again.
-      if (counted && --interactiveWaitingForRoom === 0) notifyCapacity();
+      if (counted) room.interactiveDone();
     }
   }
 
@@ -193,27 +172,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     settings,
     ...(wanted !== undefined ? { wantedContext: wanted } : {}),
     ...(memory ? { memory: { limits: memory, weights } } : {}),
-    waitingForRoom: waitingForRoom.get(key) ?? 0,
+    waitingForRoom: room.waitingFor(key),
     lane,
     now: Date.now(),
-    interactiveWaitingForRoom,
+    interactiveWaitingForRoom: room.interactiveWaiting(),
     serial: serial + 1,
   });
-
-  /** Waits for room to launch, counted among those waiting for it (which the plan bounds). */
-  async function waitForRoom(key: string, model: ModelRef, mode: Mode, signal?: AbortSignal, until?: number): Promise<void> {
-    const count = (n: number) => {
-      if (n > 0) waitingForRoom.set(key, n);
-      else waitingForRoom.delete(key);
-      deps.observe?.waitingForRoom?.(modelName(model), mode, n);
-    };
-    count((waitingForRoom.get(key) ?? 0) + 1);
-    try {
-      await waitForCapacity(signal, until);
-    } finally {
-      count(waitingForRoom.get(key)! - 1);
-    }
-  }
 
   function launch(options: RunnerOptions): Runner {
     serial++;
