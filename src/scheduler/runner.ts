@@ -1,13 +1,13 @@
 import { loadFailed, queueFull, RunnerGone, runnerUnresponsive } from "./errors.ts";
 import { keepAliveMs } from "./policy.ts";
-import type { Mode, RunnerProcess, RunnerSpec, StartRunner } from "./types.ts";
-import type { Estimate } from "./memory/estimate.ts";
+import type { RunnerProcess, StartRunner } from "./types.ts";
 import { formatSize } from "../models/gguf.ts";
-import { watchRunner, type Watchdog, type WatchLimits } from "./watchdog.ts";
+import { watchRunner, type Watchdog } from "./watchdog.ts";
 import { createLease, type Lease } from "./lease.ts";
 import { FairQueue, type Turn } from "./fair-queue.ts";
+import type { RunnerOptions } from "./runner-options.ts";
 
-export type { Lease };
+export type { Lease, RunnerOptions };
 
 // One llama-server for one (model, mode): its life as a state machine, its slots, its queue (fair
 // across callers: see fair-queue.ts) and the leases it hands out. Only `enter` changes the state;
@@ -34,30 +34,6 @@ export type RunnerEvents = {
   unresponsive(runner: Runner, why: string): void;
   loaded(runner: Runner, ms: number): void;
   loadFailed(runner: Runner): void;
-};
-
-export type RunnerOptions = {
-  key: string;
-  modelId: string;
-  /** The name people know it by, for messages and listings. */
-  model: string;
-  mode: Mode;
-  spec: RunnerSpec;
-  slots: number;
-  /** Requests handed to llama-server beyond its slots, to wait in its queue (part of `queueDepth`). */
-  ahead?: number;
-  queueDepth: number;
-  /** As configured ("5m", "0", "-1"); a request may ask for another (see `keepFor`). */
-  keepAlive: string;
-  /** llama-server's compute threads, and whether they were set (else a share of the cores). */
-  threads: number;
-  threadsFixed: boolean;
-  /** Its estimated memory and where it lives, when the scheduler keeps a budget. */
-  memory?: Estimate & { where: "gpu" | "cpu" };
-  /** The context a request asked for when it launched this runner (before it was bounded). */
-  requestedContext?: number;
-  /** How a hung runner is told from a busy one (see watchdog.ts); none: it is not watched. */
-  watch?: WatchLimits;
 };
 
 /** How long a runner may take to answer a scrape before it is left out. */
