@@ -50,6 +50,13 @@ export function parseLine(raw: string, endpoint: BatchEndpoint): InputLine | { c
 }
 
 /**
+ * A custom_id as an error message names it: cut to a bound, since a line may be megabytes and the
+ * batch's record (its errors with it) is rewritten and read back whole.
+ */
+const shortened = (id: string) => (id.length > ID_SHOWN ? `${id.slice(0, ID_SHOWN)}…` : id);
+const ID_SHOWN = 200;
+
+/**
  * The first pass over an input file: how many requests it holds, or what is wrong with it (the
  * first ERRORS_LISTED errors, and a count of the others). Keeps only those and the custom_ids seen.
  */
@@ -66,7 +73,7 @@ export async function checkInput(path: string, endpoint: BatchEndpoint, maxLineB
     if (!text.trim()) continue;
     const parsed = parseLine(text, endpoint);
     if (!("custom_id" in parsed)) report({ ...parsed, line });
-    else if (seen.has(idKey(parsed.custom_id))) report({ code: "invalid_request", message: `custom_id ${parsed.custom_id} is used twice`, line });
+    else if (seen.has(idKey(parsed.custom_id))) report({ code: "invalid_request", message: `custom_id ${shortened(parsed.custom_id)} is used twice`, line });
     else if (seen.size === MAX_REQUESTS) {
       report({ code: "too_many_requests", message: `a batch may hold ${MAX_REQUESTS} requests`, line });
       break;

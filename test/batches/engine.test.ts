@@ -227,6 +227,14 @@ describe("validation keeps only what it must", () => {
     expect(failed.errors!.data.at(-1)).toEqual({ code: "too_many_errors", message: "50 more errors not listed", line: null });
   });
 
+  it("names a custom_id used twice cut to 200 characters (the batch's record, errors and all, is read back whole)", async () => {
+    const engine = open(answering());
+    const id = "d".repeat(5000);
+    const twice = await create(engine, [id, id]);
+    const [error] = (await until(engine, twice.id, ended, "end")).errors!.data;
+    expect(error).toEqual({ code: "invalid_request", message: `custom_id ${"d".repeat(200)}… is used twice`, line: 2 });
+  });
+
   it(`refuses more than ${MAX_REQUESTS} requests, and a line past the body limit`, async () => {
     const engine = open(answering(), { maxLineBytes: 200 });
     const many = await create(engine, Array.from({ length: MAX_REQUESTS + 1 }, (_, i) => `m${i}`));
