@@ -49,7 +49,7 @@ export function createInference(
   const loads = createLoads();
   const metrics = createMetrics(() => [...usageFamilies(ledger, limiter), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);
   const settings = createSettingsStore(config.settingsPath);
-  const slotCache = createSlotCache(config.slotCache);
+  const slotCache = createSlotCache({ ...config.slotCache, perKey: config.promptsPerKey });
   const serving = servingFiles(store, launcher.start);
   const perKey = (start: StartRunner) => (config.promptsPerKey ? withPromptsPerKey(start) : start);
   const scheduler = createScheduler({
