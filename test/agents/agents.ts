@@ -73,7 +73,8 @@ export type Run = { code: number | null; stdout: string; stderr: string; killed:
  * The environment the agent sees: the packages' binaries first on PATH, a HOME of the test's, and
  * none of the caller's own agent settings or XDG folders (which would point the agent elsewhere).
  * npm's registry is a closed port: the agents need nothing from one while they run (opencode
- * installs its plugin package into its config folder in the background, and goes on without it;
+ * installs its plugin package into its config folder in the background, and goes on without it,
+ * at once without npm's retries;
  * the AI SDK provider launch names, @ai-sdk/openai-compatible, is built into it).
  */
 function agentEnv(world: World, extra: Record<string, string>): NodeJS.ProcessEnv {
@@ -81,7 +82,7 @@ function agentEnv(world: World, extra: Record<string, string>): NodeJS.ProcessEn
   for (const name of Object.keys(env)) {
     if (/^(XDG_|ANTHROPIC_|CLAUDE_|CODEX_|OPENAI_|OPENCODE_|MODEL_RUNNER_)/.test(name)) delete env[name];
   }
-  return { ...env, HOME: world.home, PATH: `${join(projectRoot, "node_modules", ".bin")}${delimiter}${process.env.PATH}`, NO_COLOR: "1", npm_config_registry: "http://127.0.0.1:9/", ...extra };
+  return { ...env, HOME: world.home, PATH: `${join(projectRoot, "node_modules", ".bin")}${delimiter}${process.env.PATH}`, NO_COLOR: "1", npm_config_registry: "http://127.0.0.1:9/", npm_config_fetch_retries: "0", ...extra };
 }
 
 /**
