@@ -76,8 +76,8 @@ const LEANING: Lean[] = [
 ];
 
 /**
- * What a terse model favours instead: it ends its turn after a few tokens of text (about one in
- * three tokens is the end of the turn) and never opens a tool call. The coding agents' tests use
+ * What a terse model favours instead: it ends its turn within a few tokens (the coding agents'
+ * answers were one or two tokens long) and never opens a tool call. The coding agents' tests use
  * it: their tools are many and their arguments free strings, which random weights would fill for
  * hundreds of tokens at a long context's speed, and a call cut off by max_tokens is an error.
  */
