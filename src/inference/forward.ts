@@ -6,6 +6,7 @@ import type { Lease } from "../scheduler/runner.ts";
 import type { RequestTimer } from "./latency.ts";
 import { requestTimedOut, type Bounds } from "./bounds.ts";
 import { KEY_HEADER } from "../slot-cache/per-key.ts";
+import { openingTooLong } from "./context-error.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -115,6 +116,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     }
     stamp(headers, forwarded, performance.now() - sentAt);
     timer?.end(upstream.ok, edges(answer));
+    if (upstream.status === 400) answer = openingTooLong(forwarded.model, forwarded.path, forwarded.body, answer) ?? answer;
     return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
   }
   if (!upstream.body) {

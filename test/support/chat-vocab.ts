@@ -76,6 +76,17 @@ const LEANING: Lean[] = [
 ];
 
 /**
+ * What a terse model favours instead: it ends its turn within a few tokens (the coding agents'
+ * answers were one or two tokens long) and never opens a tool call. The coding agents' tests use
+ * it: their tools are many and their arguments free strings, which random weights would fill for
+ * hundreds of tokens at a long context's speed, and a call cut off by max_tokens is an error.
+ */
+const TERSE_LEANING: Lean[] = [
+  { token: "<|im_end|>", by: 1.5 },
+  { token: "<tool_call>", by: -4 },
+];
+
+/**
  * Bytes that never occur in UTF-8. llama-server v0.5.0's grammar sampler reads F5-FF as the first
  * byte of a 4-byte character, so a JSON string may take them, and its chat parser then refuses the
  * answer (500 "does not match the expected peg-native format"). A trained model all but never
@@ -84,7 +95,7 @@ const LEANING: Lean[] = [
 const NOT_UTF8 = (byte: number) => byte === 0xc0 || byte === 0xc1 || byte >= 0xf5;
 
 /** The byte tokens (all but those never in UTF-8), one token per merge, then the special tokens. */
-export function chatVocabulary(): ChatVocabulary {
+export function chatVocabulary(answers: "tool calls" | "terse" = "tool calls"): ChatVocabulary {
   const tokens = byteCharacters().filter((_, byte) => !NOT_UTF8(byte));
   for (const merge of MERGES) {
     const merged = merge.replace(" ", "");
@@ -97,7 +108,7 @@ export function chatVocabulary(): ChatVocabulary {
     types.push(type);
   }
   const id = (text: string) => tokens.indexOf(text);
-  const leaning = LEANING.map(({ token, by, after }) => ({ token: id(token), by, ...(after === undefined ? {} : { after: id(after) }) }));
+  const leaning = (answers === "terse" ? TERSE_LEANING : LEANING).map(({ token, by, after }) => ({ token: id(token), by, ...(after === undefined ? {} : { after: id(after) }) }));
   return { tokens, types, merges: MERGES, endOfText: tokens.indexOf("<|endoftext|>"), endOfTurn: tokens.indexOf("<|im_end|>"), leaning };
 }
 

@@ -34,6 +34,8 @@ export interface TinyGgufOptions {
    * context defaults to 4096: one character is about one token, and a tools prompt is long.
    */
   vocabulary?: "bytes" | "bpe";
+  /** With "bpe": what the model favours (chat-vocab.ts): opening tool calls (default), or short answers. */
+  answers?: "tool calls" | "terse";
 }
 
 type Shape = { embd: number; head: number; headKv: number; layer: number; ff: number; ctx: number };
@@ -343,7 +345,7 @@ function writeGguf(meta: Array<[string, MetaValue]>, list: Tensor[], random: () 
 function modelParts(options: TinyGgufOptions) {
   const shape = shapeOf(options);
   const list = tensors(vocabularySize(options), shape, options.reranker ?? false);
-  if (options.vocabulary === "bpe") leanTowards(list, shape, chatVocabulary().leaning);
+  if (options.vocabulary === "bpe") leanTowards(list, shape, chatVocabulary(options.answers).leaning);
   return { meta: metadata(options, shape), list, random: prng(options.seed ?? 0x11a3ad0c) };
 }
 

@@ -49,10 +49,13 @@ async function writeFiles(plan: AgentPlan, home: string): Promise<void> {
  * Runs the agent with the terminal, and resolves with its exit status (128 + the signal that ended
  * it). On a terminal Ctrl-C reaches the agent itself (one process group), and must not end us
  * first nor reach it twice (Claude Code takes a second Ctrl-C as "quit"); other signals, and
- * Ctrl-C off a terminal, are passed on.
+ * Ctrl-C off a terminal, are passed on. Off a terminal the agent's stdin is empty: headless,
+ * `codex exec` reads its stdin to its end before it starts, and a caller's pipe left open (a
+ * script's, a CI runner's) kept it waiting for good.
  */
 function runForeground(plan: AgentPlan, install: string): Promise<number> {
-  const child = spawn(plan.command, plan.args, { stdio: "inherit", env: { ...process.env, ...plan.env } });
+  const stdin = process.stdin.isTTY ? "inherit" : "ignore";
+  const child = spawn(plan.command, plan.args, { stdio: [stdin, "inherit", "inherit"], env: { ...process.env, ...plan.env } });
   const forward = (signal: NodeJS.Signals) => child.kill(signal);
   const onInterrupt = () => {
     if (!process.stdin.isTTY) child.kill("SIGINT");
