@@ -1,18 +1,21 @@
 /// <reference types="bun-types" />
 import { Agent, request as httpRequest, createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import { Pool } from "undici";
+// By its file: Bun answers the bare name with a stand-in over its own fetch (no Pool of its own).
+import { Pool } from "undici/index.js";
 
 // The floors of bench:runtimes: the least proxy each runtime can be, written the way that runtime
 // does it fastest, and exactly-once like ours (never a second call on a reset reused connection).
 // Run as FLOOR=album (TCP in, the photo service at PHOTOS_API_BASE_URL out: fetch the photos, wrap
 // them) or FLOOR=inference (PROXY_SOCKET in, RUNNER_UPSTREAM_SOCKET out, the body passed as it is).
 // - Node: node:http and an undici Pool (keep-alive; undici never resends a request);
-// - Deno: Deno.serve and, for the album, Deno's fetch keeping no idle connection (its fetch and its
-//   node:http client both resend on a reset reused connection); for inference node:http's client
-//   with a keep-alive Agent (Deno's fetch cannot send a path over a Unix socket);
-// - Bun: Bun.serve and fetch, without keep-alive for the album (Bun's fetch resends on a reset
-//   reused connection); for inference with keep-alive, once more on a connection the runner
-//   closed, as ours does.
+// - Deno: Deno.serve and, for the album, an undici Pool too (undici runs on Deno); for inference
+//   node:http's client with a keep-alive Agent (Deno's fetch cannot send a path over a Unix socket);
+// - Bun: Bun.serve and, for the album, an undici Pool (undici runs on Bun, loaded by its file);
+//   for inference Bun's fetch with keep-alive, once more on a connection the runner closed, as
+//   ours does.
+// FLOOR_CLIENT=fetch gives Bun's and Deno's album floor the runtime's own fetch instead, keeping no
+// idle connection (their fetch and node:http clients resend on a reset reused connection): the
+// floor before undici was taken there, a TCP connect per call.
 // Each passes on only the answer's status and type (ours drops the runner's connection headers).
 
 type DenoServe = (options: Record<string, unknown>, handler: (request: Request) => Response | Promise<Response>) => unknown;
@@ -22,6 +25,7 @@ const kind = process.env.FLOOR ?? "album";
 const base = process.env.PHOTOS_API_BASE_URL ?? "";
 const runner = process.env.RUNNER_UPSTREAM_SOCKET ?? "";
 const listenPath = process.env.PROXY_SOCKET ?? "";
+const ownFetch = process.env.FLOOR_CLIENT === "fetch";
 const runtime = "Bun" in globalThis ? "bun" : "Deno" in globalThis ? "deno" : "node";
 
 const albumIdOf = (url: string) => url.slice(url.lastIndexOf("/") + 1);
@@ -37,7 +41,7 @@ function readAll(stream: IncomingMessage): Promise<Buffer> {
 }
 
 function announce(address: string): void {
-  console.log(`${kind} floor (${runtime}) listening on ${address}`);
+  console.log(`${kind} floor (${runtime}${kind === "album" && runtime !== "node" ? (ownFetch ? ", own fetch" : ", undici") : ""}) listening on ${address}`);
 }
 
 function nodeListen(handler: (req: IncomingMessage, res: ServerResponse) => void): void {
@@ -46,14 +50,21 @@ function nodeListen(handler: (req: IncomingMessage, res: ServerResponse) => void
   else server.listen(listenPath, () => announce(`unix:${listenPath}`));
 }
 
+const albumPool = () => new Pool(base, { connections: 64 });
+
+/** The album floor's call on an undici Pool: the photos' text. */
+async function pooledPhotos(pool: Pool, albumId: string): Promise<string> {
+  const upstream = await pool.request({ path: `/albums/${albumId}/photos`, method: "GET", headers: { accept: "application/json" } });
+  return upstream.body.text();
+}
+
 function nodeFloor(): void {
-  const pool = kind === "album" ? new Pool(base, { connections: 64 }) : new Pool("http://runner", { socketPath: runner, connections: 64 });
+  const pool = kind === "album" ? albumPool() : new Pool("http://runner", { socketPath: runner, connections: 64 });
   nodeListen(async (req, res) => {
     try {
       if (kind === "album") {
         const albumId = albumIdOf(req.url ?? "");
-        const upstream = await pool.request({ path: `/albums/${albumId}/photos`, method: "GET", headers: { accept: "application/json" } });
-        res.writeHead(200, { "content-type": "application/json" }).end(wrap(albumId, await upstream.body.text()));
+        res.writeHead(200, { "content-type": "application/json" }).end(wrap(albumId, await pooledPhotos(pool, albumId)));
       } else {
         const body = await readAll(req);
         const upstream = await pool.request({ path: req.url ?? "/", method: "POST", headers: { "content-type": "application/json" }, body });
@@ -81,11 +92,13 @@ const streamFrom = (source: AsyncIterable<Uint8Array>) => (ReadableStream as unk
 function denoFloor(serve: DenoServe): void {
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
   const client = Deno!.createHttpClient({ poolMaxIdlePerHost: 0 });
+  const pool = kind === "album" && !ownFetch ? albumPool() : undefined;
+  const photos = async (albumId: string) =>
+    pool ? pooledPhotos(pool, albumId) : (await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, client } as RequestInit)).text();
   const handler = async (request: Request): Promise<Response> => {
     if (kind === "album") {
       const albumId = albumIdOf(request.url);
-      const upstream = await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, client } as RequestInit);
-      return new Response(wrap(albumId, await upstream.text()), { headers: { "content-type": "application/json" } });
+      return new Response(wrap(albumId, await photos(albumId)), { headers: { "content-type": "application/json" } });
     }
     const body = new Uint8Array(await request.arrayBuffer());
     const path = new URL(request.url).pathname;
@@ -100,14 +113,16 @@ function denoFloor(serve: DenoServe): void {
 }
 
 function bunFloor(): void {
+  const pool = kind === "album" && !ownFetch ? albumPool() : undefined;
+  const photos = async (albumId: string) =>
+    pool ? pooledPhotos(pool, albumId) : (await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, keepalive: false })).text();
   const server = Bun.serve({
     ...(kind === "album" ? { hostname: "127.0.0.1", port: 0 } : { unix: listenPath }),
     idleTimeout: 0,
     async fetch(request: Request) {
       if (kind === "album") {
         const albumId = albumIdOf(request.url);
-        const upstream = await fetch(`${base}/albums/${albumId}/photos`, { headers: { accept: "application/json" }, keepalive: false });
-        return new Response(wrap(albumId, await upstream.text()), { headers: { "content-type": "application/json" } });
+        return new Response(wrap(albumId, await photos(albumId)), { headers: { "content-type": "application/json" } });
       }
       const path = new URL(request.url).pathname;
       const body = await request.arrayBuffer();

@@ -2,6 +2,7 @@
 import { clearStaleSocket, ownerOnly, removeSocket } from "./socket-file.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import { watchBody } from "./bun-body.ts";
+import { keepAliveUpstreamFetch } from "./undici-fetch.ts";
 import { endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type ServeOptions, type SpawnOptions } from "./types.ts";
 
 async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeOptions): Promise<Listener> {
@@ -74,27 +75,8 @@ function unixFetch(socketPath: string): typeof fetch {
     fetch(input, { ...init, unix: socketPath, timeout: false } as RequestInit)) as typeof fetch;
 }
 
-/**
- * Bun's fetch sends a request again when a reused keep-alive connection is reset before the answer
- * (and Bun maps the npm `undici` to that same fetch). Without keep-alive no connection is reused,
- * so no request is resent: one TCP connect per call is the price of exactly-once.
- * Bun's fetch also inflates a compressed body natively, ahead of the reader and without bound (a
- * 256 KB gzip body, 256 MiB of zeros, took a process from 49 to 207 MiB though its reader stopped
- * after 1 MiB): so the
- * body is taken as it came (no encoding is asked for, then) and inflated by a DecompressionStream,
- * which inflates only as far as it is read, as Node's and Deno's fetch do.
- */
-const upstreamFetch = ((input: RequestInfo | URL, init?: RequestInit) =>
-  fetch(input, { ...init, keepalive: false, decompress: false }).then(inflating)) as typeof fetch;
-
-const FORMATS: Record<string, string> = { gzip: "gzip", "x-gzip": "gzip", deflate: "deflate", br: "brotli", zstd: "zstd" };
-
-function inflating(response: Response): Response {
-  const encoding = response.headers.get("content-encoding");
-  const format = encoding === null ? undefined : FORMATS[encoding.trim().toLowerCase()];
-  if (!format || !response.body) return response;
-  return new Response(response.body.pipeThrough(new DecompressionStream(format as CompressionFormat)), response);
-}
+// The photo service's fetch, made when first asked for (the album service asks as it starts).
+let upstreamFetch: typeof fetch | undefined;
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const out = options.output ?? "pipe";
@@ -117,7 +99,10 @@ export const bunRuntime: Runtime = {
   version: Bun.version,
   serve,
   unixFetch,
-  upstreamFetch,
+  // undici, not Bun's fetch: that resends a request on a reset reused connection (undici-fetch.ts).
+  get upstreamFetch() {
+    return (upstreamFetch ??= keepAliveUpstreamFetch());
+  },
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),
   exit: (code) => process.exit(code),

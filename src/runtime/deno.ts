@@ -1,6 +1,7 @@
 import { Agent as HttpAgent } from "node:http";
 import { callFetch, nodeHttpSend } from "./node-client.ts";
 import { serveWithNodeHttp } from "./node-http.ts";
+import { keepAliveUpstreamFetch } from "./undici-fetch.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import type { ChildProcess, Runtime, SpawnOptions } from "./types.ts";
 
@@ -17,7 +18,6 @@ interface DenoApi {
   version: { deno: string };
   addSignalListener(signal: "SIGINT" | "SIGTERM", fn: () => void): void;
   exit(code: number): never;
-  createHttpClient(options: { poolMaxIdlePerHost: number }): unknown;
 }
 declare const Deno: DenoApi;
 
@@ -25,16 +25,8 @@ declare const Deno: DenoApi;
 // request target (proxy style), which llama-server answers with 404.
 const unixFetch = (socketPath: string): typeof fetch => callFetch(nodeHttpSend(new HttpAgent({ keepAlive: true }), socketPath));
 
-/**
- * Deno's fetch sends a request again when a reused keep-alive connection is reset before the
- * answer, and so does its node:http client (album-once.test.ts saw both). A client that keeps no
- * idle connection never reuses one, so never resends: one TCP connect per call is the price of
- * exactly-once.
- */
-function onceFetch(): typeof fetch {
-  const client = Deno.createHttpClient({ poolMaxIdlePerHost: 0 });
-  return ((input: RequestInfo | URL, init?: RequestInit) => fetch(input, { ...init, client } as RequestInit)) as typeof fetch;
-}
+// The photo service's fetch, made when first asked for (the album service asks as it starts).
+let upstreamFetch: typeof fetch | undefined;
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
   const child = new Deno.Command(command, {
@@ -65,7 +57,11 @@ export const denoRuntime: Runtime = {
   version: Deno.version.deno,
   serve: serveWithNodeHttp,
   unixFetch,
-  upstreamFetch: onceFetch(),
+  // undici, not Deno's fetch or node:http client: both resend a request on a reset reused
+  // connection (undici-fetch.ts).
+  get upstreamFetch() {
+    return (upstreamFetch ??= keepAliveUpstreamFetch());
+  },
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => Deno.addSignalListener(signal, handler), fn),
   exit: (code) => Deno.exit(code),

@@ -3,24 +3,8 @@ import { once } from "node:events";
 import { Readable } from "node:stream";
 import { serveWithNodeHttp } from "./node-http.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
-import type { Dispatcher } from "undici";
-import { callFetch, type Answer, type Call } from "./node-client.ts";
-import { undiciSend } from "./undici-send.ts";
+import { keepAliveUpstreamFetch, undiciFetch } from "./undici-fetch.ts";
 import { endedStream, type ChildExit, type ChildProcess, type Runtime, type SpawnOptions } from "./types.ts";
-
-/**
- * Calls through undici's dispatch API (undici-send.ts: less than half the CPU of node:http's
- * client, a third of fetch's, per call here), undici loaded once a runner starts or the album
- * service asks for its fetch: an idle model runner holds none of it (about 11 MiB).
- */
-function undiciFetch(dispatcher: () => Promise<Dispatcher>): typeof fetch {
-  // Loading starts now, not on the first call: under load it took longer than a call's deadline.
-  let loaded: ((call: Call) => Promise<Answer>) | undefined;
-  const send = dispatcher().then((made) => (loaded = undiciSend(made)));
-  send.catch(() => {}); // a failed load fails each call instead
-  // Once loaded, a call goes straight on: an async frame awaiting the load cost each call a promise.
-  return callFetch((call) => (loaded ? loaded(call) : send.then((ready) => ready(call))));
-}
 
 let upstreamFetch: typeof fetch | undefined;
 
@@ -50,10 +34,9 @@ export const nodeRuntime: Runtime = {
   version: process.versions.node,
   serve: serveWithNodeHttp,
   unixFetch,
-  // Keep-alive, and undici never resends a request on a connection that failed. Made when first
-  // asked for (the album service asks as it starts).
+  // Made when first asked for (the album service asks as it starts).
   get upstreamFetch() {
-    return (upstreamFetch ??= undiciFetch(async () => new (await import("undici")).Agent()));
+    return (upstreamFetch ??= keepAliveUpstreamFetch());
   },
   spawn,
   onShutdownSignal: (fn) => onFirstShutdownSignal((signal, handler) => process.once(signal, handler), fn),

@@ -83,9 +83,10 @@ export interface Runtime {
   /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
   unixFetch(socketPath: string): typeof fetch;
   /**
-   * The fetch for calls to another service (the photo service): it sends each request once. Bun's
-   * and Deno's own fetch silently send a request again on a new connection when a reused
-   * keep-alive connection is reset before the answer, so the other side may see it twice.
+   * The fetch for calls to another service (the photo service): it keeps connections alive and
+   * sends each request once. Bun's and Deno's own fetch silently send a request again on a new
+   * connection when a reused keep-alive connection is reset before the answer, so the other side
+   * may see it twice: every runtime calls through undici (undici-fetch.ts), which does not.
    */
   readonly upstreamFetch: typeof fetch;
   /** Starts a process (stdin closed, stdout/stderr piped); rejects if it cannot be started. */

@@ -8,6 +8,8 @@ import { ask, type Target } from "../support/http.ts";
 // Seed rule: each album request causes exactly one call to the photo service, whatever happens
 // to that call. Regression (B14.1): Bun's and Deno's own fetch sent the GET again on a new
 // connection when the photo service reset a reused keep-alive connection without answering.
+// Exactly-once is not bought with a connection per call: on every runtime the calls reuse
+// kept-alive connections (undici's, which fail a call on a reset reused connection, never resend).
 
 const runtimes: RuntimeName[] = ["bun", "deno", "node"];
 const TIMEOUT_MS = 600;
@@ -73,6 +75,16 @@ describe.each(runtimes)("under %s, one album request is one call to the photo se
     photos.answerWith(albumOf(2));
     expect((await ask(album.target, "GET", "/api/albums/3")).status).toBe(200);
     expect(photos.requests).toHaveLength(3);
+  });
+
+  it("albums one after another reuse kept-alive connections to the photo service", async () => {
+    const connections = new Set<Socket>();
+    photos.answerWith((request, response) => (connections.add(request.socket), albumOf(2)(request, response)));
+    for (let id = 1; id <= 6; id++) expect((await ask(album.target, "GET", `/api/albums/${id}`)).status).toBe(200);
+    expect(photos.requests).toHaveLength(6);
+    // undici's Agent takes turns between two connections when calls follow one another (a call's
+    // connection counts as busy until its answer's end is handled); without keep-alive: six.
+    expect(connections.size).toBeLessThanOrEqual(2);
   });
 
   it("when the photo service does not answer in time: 504, one call", async () => {
