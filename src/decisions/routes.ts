@@ -1,0 +1,31 @@
+import { readJson } from "../http/body.ts";
+import type { Route } from "../http/router.ts";
+import { counted, ENGINE, type InferenceDeps } from "../inference/routes.ts";
+import { askModel, CHAT_METHOD, METHOD_HEADER } from "./ask.ts";
+import { DecisionBody, openAiAsk, openAiDecision } from "./openai.ts";
+import { SystemOneBody, systemOneAnswer, systemOneAsk } from "./systemone.ts";
+
+// Decisions under every base path of the OpenAI-compatible endpoints: OpenAI's `decisions` and
+// System One's `systemone`, both answered by any chat model we serve (see ask.ts).
+
+const BASES = [`/engines/${ENGINE}/v1`, "/engines/v1", "/v1"];
+
+/** The answer, with the header that names how it was computed (a chat model's next token, not a decision model). */
+const answered = (body: unknown) => Response.json(body, { headers: { [METHOD_HEADER]: CHAT_METHOD } });
+
+export function decisionRoutes(deps: InferenceDeps): Route[] {
+  const decisions = async (request: Request) => {
+    const body = await readJson(request, deps.bodyLimit, DecisionBody);
+    const ask = openAiAsk(body);
+    return answered(openAiDecision(ask, await askModel(deps, request, body.model, ask)));
+  };
+  const systemone = async (request: Request) => {
+    const body = await readJson(request, deps.bodyLimit, SystemOneBody);
+    const ask = systemOneAsk(body);
+    return answered(systemOneAnswer(ask, await askModel(deps, request, body.model, ask)));
+  };
+  return BASES.flatMap((base): Route[] => [
+    { method: "POST", path: `${base}/decisions`, handle: (request) => counted(deps.metrics, "decisions", () => decisions(request)) },
+    { method: "POST", path: `${base}/systemone`, handle: (request) => counted(deps.metrics, "systemone", () => systemone(request)) },
+  ]);
+}

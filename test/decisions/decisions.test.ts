@@ -1,0 +1,228 @@
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ask, type Target } from "../support/http.ts";
+import { CHAT_MODEL } from "../support/chat-model.ts";
+import { startStack, type Stack } from "../inference/harness.ts";
+
+// Decisions end to end: the official openai client's decisions.create and System One's shape by
+// plain requests, under every base path and over the Unix socket, answered by the tiny BPE chat
+// model's real llama-server. Its weights are random: the answers are asserted by what they must
+// be whatever the weights (probabilities that sum to 1, the answer their argmax, the score their
+// expectation, the confidence as defined, the order, the usage), never by what they say.
+
+let stack: Stack;
+beforeAll(async () => {
+  stack = await startStack({ models: [], shaped: { "ai/chat": CHAT_MODEL } });
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const MODEL = "ai/chat";
+const P = "/exp/vDD4.40";
+const tcp = (): Target => ({ url: stack.url });
+const unix = (): Target => ({ socketPath: stack.socket });
+const client = (base: string) => new OpenAI({ baseURL: `${stack.url}${base}`, apiKey: "unused", maxRetries: 0 });
+
+const sum = (ps: number[]) => ps.reduce((a, b) => a + b, 0);
+/** The definition docs/api.md gives: 1 minus the entropy over that of equal odds. */
+const expectedConfidence = (ps: number[]) => 1 - ps.reduce((h, p) => (p > 0 ? h - p * Math.log(p) : h), 0) / Math.log(ps.length);
+const argmax = (ps: number[]) => ps.indexOf(Math.max(...ps));
+
+const QUESTIONS: OpenAI.DecisionCreateParams["questions"] = [
+  { type: "predicate", name: "outage", instructions: "The checkout is down." },
+  {
+    type: "choice",
+    name: "team",
+    instructions: [{ type: "input_text", text: "Which team should handle this ticket?" }],
+    choices: [{ value: "billing", description: "Payments and refunds" }, { value: "technical", description: "Software errors" }, { value: true }, { value: "true" }],
+  },
+  { type: "score", instructions: "How urgent is it?", levels: [{ label: "low" }, { label: "medium", description: "within a day" }, { label: "high" }] },
+];
+
+/** Every property an answer to QUESTIONS must have, whatever the model says. */
+function checkDecision(decision: OpenAI.Decision) {
+  expect(decision.model).toBe(MODEL);
+  expect(decision.answers.map((a) => [a.type, a.name])).toEqual([
+    ["predicate", "outage"],
+    ["choice", "team"],
+    ["score", null],
+  ]);
+  const [predicate, choice, score] = decision.answers as [OpenAI.Decision.AnswerResourcePredicate, OpenAI.Decision.AnswerResourceChoice, OpenAI.Decision.AnswerResourceScore];
+  expect(predicate.probability).toBeGreaterThanOrEqual(0);
+  expect(predicate.probability).toBeLessThanOrEqual(1);
+
+  const cps = choice.probabilities.map((p) => p.probability);
+  expect(choice.probabilities.map((p) => p.value)).toEqual(["billing", "technical", true, "true"]);
+  expect(Math.abs(sum(cps) - 1)).toBeLessThan(1e-6);
+  expect(choice.choice).toBe(choice.probabilities[argmax(cps)]!.value);
+  expect(choice.confidence).toBeCloseTo(expectedConfidence(cps), 9);
+
+  const sps = score.probabilities.map((p) => p.probability);
+  expect(score.probabilities.map((p) => [p.label, p.value])).toEqual([["low", 0], ["medium", 1], ["high", 2]]);
+  expect(Math.abs(sum(sps) - 1)).toBeLessThan(1e-6);
+  expect(score.score).toBeCloseTo(sum(sps.map((p, i) => p * i)), 9);
+  expect(score.confidence).toBeCloseTo(expectedConfidence(sps), 9);
+
+  const { usage } = decision;
+  expect(usage.output_tokens).toBe(3); // one label token per question
+  expect(usage.input_tokens).toBeGreaterThan(0);
+  expect(usage.input_tokens_details.cached_tokens).toBeLessThan(usage.input_tokens);
+  expect(usage.total_tokens).toBe(usage.input_tokens + usage.output_tokens);
+}
+
+describe("OpenAI's decisions through the official client", () => {
+  it.each(["/v1", "/engines/v1", "/engines/llama.cpp/v1"])("answers every question in order under %s", async (base) => {
+    const { data, response } = await client(base)
+      .decisions.create({ model: MODEL, input: `Ticket ${base}: our checkout has returned 500 errors since 9am.`, questions: QUESTIONS })
+      .withResponse();
+    expect(response.headers.get("x-llamadock-decision-method")).toBe("chat-next-token");
+    checkDecision(data);
+  });
+
+  it("takes messages of every role, tool calls and their outputs, and JSON parts", async () => {
+    const decision = await client("/v1").decisions.create({
+      model: MODEL,
+      input: [
+        { role: "developer", content: "Tickets come from the shop." },
+        { role: "user", content: [{ type: "input_text", text: "My order failed." }, { type: "input_json", data: { order: 42, status: 500 } }] },
+        { type: "function_call", call_id: "c1", name: "lookup", arguments: '{"order":42}' },
+        { type: "function_call_output", call_id: "c1", output: "payment service timed out" },
+        { role: "assistant", content: [{ type: "output_text", text: "Looking into it." }] },
+      ],
+      questions: QUESTIONS,
+    });
+    checkDecision(decision);
+  });
+
+  it("answers the same over the Unix socket with the /exp/vDD4.40 prefix, under every base path", async () => {
+    for (const base of ["/v1", "/engines/v1", "/engines/llama.cpp/v1"]) {
+      const answer = await ask(unix(), "POST", `${P}${base}/decisions`, { model: MODEL, input: `Socket ${base}: the checkout is slow.`, questions: QUESTIONS });
+      expect(answer.status).toBe(200);
+      checkDecision(answer.json());
+    }
+  });
+
+  it("reads the input once: later questions take it from the runner's prompt cache", async () => {
+    // A long input of its own (one character is about one token) and twelve short questions: had
+    // each question processed the input, the request would process twelve inputs.
+    const input = `Report ${crypto.randomUUID()}: ${"The checkout failed with errors since nine, then recovered. ".repeat(9)}`;
+    const questions = Array.from({ length: 12 }, (_, i) => ({ type: "predicate" as const, instructions: `Item ${i} holds.` }));
+    const one = await client("/v1").decisions.create({ model: MODEL, input: `Other ${input}`, questions: questions.slice(0, 1) });
+    const inputTokens = one.usage.input_tokens - one.usage.input_tokens_details.cached_tokens; // the input and one question, nothing cached
+    expect(inputTokens).toBeGreaterThan(400);
+    const many = await client("/v1").decisions.create({ model: MODEL, input, questions });
+    const processed = many.usage.input_tokens - many.usage.input_tokens_details.cached_tokens;
+    // The input once (about inputTokens) and each further question's own words (under 80 tokens
+    // each; 54 on a run), where twelve inputs would be twelve times inputTokens.
+    expect(processed).toBeLessThan(inputTokens + 11 * 80);
+    expect(many.usage.input_tokens_details.cached_tokens).toBeGreaterThan(11 * (inputTokens - 80));
+    expect(many.answers).toHaveLength(12);
+  });
+});
+
+describe("System One's shape by plain requests", () => {
+  const body = {
+    model: MODEL,
+    state: { ticket: "Our checkout has returned 500 errors since 9am.", customer: "shop-7" },
+    questions: {
+      outage: { type: "noul", instructions: "Is the checkout down?", criteria: { true: "It is down", false: "It works" } },
+      team: { type: "choice", instructions: "Which team should handle this ticket?", criteria: { billing: "Payments and refunds", technical: null, sales: "New customers" } },
+      urgency: { type: "score", instructions: ["How urgent is it?", { scale: "support" }], criteria: ["Can wait", "Today", "Now"] },
+    },
+  };
+
+  function checkAnswer(answer: any) {
+    expect(answer.model).toBe(MODEL);
+    expect(Object.keys(answer.answers)).toEqual(["outage", "team", "urgency"]);
+    const { outage, team, urgency } = answer.answers;
+    expect(outage.type).toBe("noul");
+    expect(outage.noul).toBeGreaterThanOrEqual(0);
+    expect(outage.noul).toBeLessThanOrEqual(1);
+
+    expect(Object.keys(team.probabilities)).toEqual(["billing", "technical", "sales"]);
+    const tps = Object.values(team.probabilities) as number[];
+    expect(Math.abs(sum(tps) - 1)).toBeLessThan(1e-6);
+    expect(team.choice).toBe(Object.keys(team.probabilities)[argmax(tps)]);
+    expect(team.confidence).toBeCloseTo(expectedConfidence(tps), 9);
+
+    expect(urgency.legend).toEqual({ 0: "Can wait", 1: "Today", 2: "Now" });
+    const ups = ["0", "1", "2"].map((k) => urgency.probabilities[k] as number);
+    expect(Math.abs(sum(ups) - 1)).toBeLessThan(1e-6);
+    expect(urgency.score).toBeCloseTo(sum(ups.map((p, i) => p * i)), 9);
+    expect(urgency.confidence).toBeCloseTo(expectedConfidence(ups), 9);
+    expect(answer.usage.output_tokens).toBe(3);
+    expect(answer.usage.input_tokens).toBeGreaterThan(0);
+  }
+
+  it.each(["/v1", "/engines/v1", "/engines/llama.cpp/v1"])("answers by name under %s, by fetch", async (base) => {
+    const response = await fetch(`${stack.url}${base}/systemone`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("x-llamadock-decision-method")).toBe("chat-next-token");
+    checkAnswer(await response.json());
+  });
+
+  it("answers over the Unix socket with the /exp/vDD4.40 prefix", async () => {
+    for (const base of ["/v1", "/engines/v1", "/engines/llama.cpp/v1"]) {
+      const answer = await ask(unix(), "POST", `${P}${base}/systemone`, body);
+      expect(answer.status).toBe(200);
+      checkAnswer(answer.json());
+    }
+  });
+});
+
+describe("errors in OpenAI's shape, and the server stays up", () => {
+  const predicate = { type: "predicate", instructions: "It holds." };
+  const choice = (choices: unknown[]) => ({ type: "choice", instructions: "Which?", choices });
+  const score = (count: number) => ({ type: "score", instructions: "How much?", levels: Array.from({ length: count }, (_, i) => ({ label: `l${i}` })) });
+  const decision = (questions: unknown[], input: unknown = "text") => ({ model: MODEL, input, questions });
+
+  it.each<[string, string, object, number, string, RegExp]>([
+    ["too many questions", "/v1/decisions", decision(Array.from({ length: 401 }, () => predicate)), 400, "invalid_request", /at most 400 questions/],
+    ["no question", "/v1/decisions", decision([]), 400, "invalid_request", /at least one question/],
+    ["an empty option list", "/v1/decisions", decision([choice([])]), 400, "invalid_request", /choices must not be empty/],
+    ["one option", "/engines/v1/decisions", decision([choice([{ value: "a" }])]), 400, "invalid_request", /at least 2/],
+    ["a duplicate option", "/v1/decisions", decision([choice([{ value: "a" }, { value: "b" }, { value: "a" }])]), 400, "invalid_request", /"a" twice/],
+    ["more choices than letters", "/v1/decisions", decision([choice(Array.from({ length: 27 }, (_, i) => ({ value: `c${i}` })))]), 400, "invalid_request", /at most 26/],
+    ["a score of one level", "/v1/decisions", decision([score(1)]), 400, "invalid_request", /levels must hold at least 2/],
+    ["a score of eleven levels", "/engines/llama.cpp/v1/decisions", decision([score(11)]), 400, "invalid_request", /levels may hold at most 10/],
+    ["an unknown question type", "/v1/decisions", decision([{ type: "rank", instructions: "x" }]), 400, "invalid_request", /predicate, choice or score/],
+    ["an image without a projector", "/v1/decisions", decision([predicate], [{ role: "user", content: [{ type: "input_image", image_url: "data:image/png;base64,AAAA" }] }]), 400, "images_not_supported", /no projector/],
+    ["an unknown model", "/v1/decisions", { ...decision([predicate]), model: "ai/absent" }, 404, "model_not_found", /ai\/absent/],
+    ["System One: empty criteria", "/v1/systemone", { model: MODEL, state: "x", questions: { a: { type: "choice", instructions: "x", criteria: {} } } }, 400, "invalid_request", /criteria must not be empty/],
+    ["System One: no question", "/v1/systemone", { model: MODEL, state: "x", questions: {} }, 400, "invalid_request", /at least one question/],
+  ])("%s", async (_, path, body, status, code, message) => {
+    const answer = await ask(tcp(), "POST", path, body);
+    expect(answer.status).toBe(status);
+    expect(answer.json()).toEqual({ error: { message: expect.stringMatching(message), type: expect.any(String), code } });
+  });
+
+  it("refuses an input larger than the context, then answers the next request", async () => {
+    // 1024 tokens a slot (4096 shared by four): one character is about one token.
+    const answer = await ask(tcp(), "POST", "/v1/decisions", decision([predicate], "x ".repeat(3000)));
+    expect(answer.status).toBe(400);
+    expect(answer.json()).toEqual({ error: { message: expect.stringMatching(/more than the \d+ of the model's context/), type: "invalid_request_error", code: "context_length_exceeded" } });
+    const next = await client("/v1").decisions.create({ model: MODEL, input: "short", questions: QUESTIONS });
+    checkDecision(next);
+  });
+
+  it("refuses one question whose own text does not fit, and answers the others", async () => {
+    // Letters at random, which the vocabulary's merges do not shorten: about a token each.
+    const words = Array.from({ length: 3000 }, () => "abcdefghij"[Math.floor(Math.random() * 10)]).join(" ");
+    const long = { type: "predicate" as const, name: "long", instructions: words };
+    const decision = await client("/v1").decisions.create({ model: MODEL, input: "short", questions: [QUESTIONS[0]!, long] });
+    expect(decision.answers[0]!.type).toBe("predicate");
+    expect(decision.answers[1]).toEqual({ type: "refusal", name: "long" });
+  });
+});
+
+describe("usage ledger", () => {
+  it("counts a decision once, with all its questions' tokens", async () => {
+    const before = (await ask(tcp(), "GET", "/engines/usage")).json().total;
+    const decision = await client("/v1").decisions.create({ model: MODEL, input: "Count me.", questions: QUESTIONS });
+    const after = (await ask(tcp(), "GET", "/engines/usage")).json().total;
+    expect(after.requests - before.requests).toBe(1);
+    expect(after.prompt_tokens - before.prompt_tokens).toBe(decision.usage.input_tokens);
+    expect(after.completion_tokens - before.completion_tokens).toBe(decision.usage.output_tokens);
+  });
+});
