@@ -9,6 +9,7 @@ import { resolveOr404 } from "../models/lookup.ts";
 import type { StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import { runnerFailed } from "../scheduler/errors.ts";
+import { decisionMethod } from "./capability.ts";
 import { labels, questionMessages, renormalise, SYSTEM_PROMPT, turns, type Answer, type Ask, type InputMessage, type Question } from "./core.ts";
 
 // A request's questions asked of a chat model's runner: one slot, the questions one after the
@@ -21,10 +22,6 @@ import { labels, questionMessages, renormalise, SYSTEM_PROMPT, turns, type Answe
 // its task ends; an entry of the host prompt cache is consumed by the first slot that loads it),
 // so every further slot would cost the whole input again. On the CPUs this runs on, that is more
 // work than the questions' own tokens; and a request of 400 questions keeps one slot, not all.
-
-/** How the answers were computed, in a header of every answer (see docs/api.md, Decisions). */
-export const METHOD_HEADER = "x-llamadock-decision-method";
-export const CHAT_METHOD = "chat-next-token";
 
 /** Added to each label's logit: the labels outrank every other token, their ratios unchanged. */
 const LABEL_BIAS = 100;
@@ -61,6 +58,7 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
     const model = await resolveOr404(deps.store, requested);
     if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
     name = model.tags[0] ?? model.id;
+    if (!decisionMethod(model)) throw badRequest("model_cannot_decide", `model ${name} embeds or ranks and generates no text: decisions need a chat model`);
     if (ask.images) throw imagesRefused(model, name);
     ticket = deps.meter?.admit(caller, name);
     const lease = await deps.scheduler.acquire(model, "completion", request.signal, { caller: caller.name, lane: "interactive" });

@@ -1,7 +1,8 @@
 import { readJson } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
 import { counted, ENGINE, type InferenceDeps } from "../inference/routes.ts";
-import { askModel, CHAT_METHOD, METHOD_HEADER } from "./ask.ts";
+import { askModel } from "./ask.ts";
+import { CHAT_METHOD, METHOD_HEADER } from "./method.ts";
 import { DecisionBody, openAiAsk, openAiDecision } from "./openai.ts";
 import { SystemOneBody, systemOneAnswer, systemOneAsk } from "./systemone.ts";
 

@@ -12,7 +12,7 @@ import { startStack, type Stack } from "../inference/harness.ts";
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({ models: [], shaped: { "ai/chat": CHAT_MODEL } });
+  stack = await startStack({ models: [], embedders: ["ai/embedder"], shaped: { "ai/chat": CHAT_MODEL } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -188,6 +188,7 @@ describe("errors in OpenAI's shape, and the server stays up", () => {
     ["a score of eleven levels", "/engines/llama.cpp/v1/decisions", decision([score(11)]), 400, "invalid_request", /levels may hold at most 10/],
     ["an unknown question type", "/v1/decisions", decision([{ type: "rank", instructions: "x" }]), 400, "invalid_request", /predicate, choice or score/],
     ["an image without a projector", "/v1/decisions", decision([predicate], [{ role: "user", content: [{ type: "input_image", image_url: "data:image/png;base64,AAAA" }] }]), 400, "images_not_supported", /no projector/],
+    ["an embedding model", "/v1/decisions", { ...decision([predicate]), model: "ai/embedder" }, 400, "model_cannot_decide", /decisions need a chat model/],
     ["an unknown model", "/v1/decisions", { ...decision([predicate]), model: "ai/absent" }, 404, "model_not_found", /ai\/absent/],
     ["System One: empty criteria", "/v1/systemone", { model: MODEL, state: "x", questions: { a: { type: "choice", instructions: "x", criteria: {} } } }, 400, "invalid_request", /criteria must not be empty/],
     ["System One: no question", "/v1/systemone", { model: MODEL, state: "x", questions: {} }, 400, "invalid_request", /at least one question/],
@@ -198,8 +199,8 @@ describe("errors in OpenAI's shape, and the server stays up", () => {
   });
 
   it("refuses an input larger than the context, then answers the next request", async () => {
-    // 1024 tokens a slot (4096 shared by four): one character is about one token.
-    const answer = await ask(tcp(), "POST", "/v1/decisions", decision([predicate], "x ".repeat(3000)));
+    // 4096 tokens a slot (16384 shared by four, as /engines/ps says): one character is about one token.
+    const answer = await ask(tcp(), "POST", "/v1/decisions", decision([predicate], "x ".repeat(6000)));
     expect(answer.status).toBe(400);
     expect(answer.json()).toEqual({ error: { message: expect.stringMatching(/more than the \d+ of the model's context/), type: "invalid_request_error", code: "context_length_exceeded" } });
     const next = await client("/v1").decisions.create({ model: MODEL, input: "short", questions: QUESTIONS });
@@ -207,12 +208,30 @@ describe("errors in OpenAI's shape, and the server stays up", () => {
   });
 
   it("refuses one question whose own text does not fit, and answers the others", async () => {
-    // Letters at random, which the vocabulary's merges do not shorten: about a token each.
-    const words = Array.from({ length: 3000 }, () => "abcdefghij"[Math.floor(Math.random() * 10)]).join(" ");
+    // Letters at random, which the vocabulary's merges do not shorten: about 1.4 tokens a letter
+    // and its space, past the slot's 4096.
+    const words = Array.from({ length: 5000 }, () => "abcdefghij"[Math.floor(Math.random() * 10)]).join(" ");
     const long = { type: "predicate" as const, name: "long", instructions: words };
     const decision = await client("/v1").decisions.create({ model: MODEL, input: "short", questions: [QUESTIONS[0]!, long] });
     expect(decision.answers[0]!.type).toBe("predicate");
     expect(decision.answers[1]).toEqual({ type: "refusal", name: "long" });
+  });
+});
+
+describe("which way a model answers, where models are listed", () => {
+  it("a chat model: its next token, in /v1/models, /models/{name} and Ollama's /api/show; an embedder: not at all", async () => {
+    for (const base of ["/v1", "/engines/v1", "/engines/llama.cpp/v1"]) {
+      const listed = (await ask(tcp(), "GET", `${base}/models`)).json().data as { id: string; capabilities?: object }[];
+      expect(listed.find((m) => m.id.endsWith("ai/chat:latest"))!.capabilities).toEqual({ decisions: "chat-next-token" });
+      expect(listed.find((m) => m.id.endsWith("ai/embedder:latest"))!.capabilities).toBeUndefined();
+      expect((await ask(tcp(), "GET", `${base}/models/${MODEL}`)).json().capabilities).toEqual({ decisions: "chat-next-token" });
+    }
+    const shown = (await ask(tcp(), "POST", "/api/show", { model: MODEL })).json();
+    expect(shown.capabilities).toContain("decisions");
+    expect(shown.decisions).toBe("chat-next-token");
+    const embedder = (await ask(tcp(), "POST", "/api/show", { model: "ai/embedder" })).json();
+    expect(embedder.capabilities).toEqual(["embedding"]);
+    expect(embedder.decisions).toBeUndefined();
   });
 });
 

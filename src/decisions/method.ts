@@ -1,0 +1,4 @@
+// How decisions were computed, named in a header of every answer (see docs/api.md, Decisions):
+// a chat model's next-token probabilities over the labels, not a calibrated decision model's.
+export const METHOD_HEADER = "x-llamadock-decision-method";
+export const CHAT_METHOD = "chat-next-token";
