@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask, type Target } from "../support/http.ts";
 import { CHAT_MODEL } from "../support/chat-model.ts";
 import { startStack, type Stack } from "../inference/harness.ts";
+import { questionMessages, type Question } from "../../src/decisions/core.ts";
 
 // Decisions end to end: the official openai client's decisions.create and System One's shape by
 // plain requests, under every base path and over the Unix socket, answered by the tiny BPE chat
@@ -118,6 +119,26 @@ describe("OpenAI's decisions through the official client", () => {
     expect(processed).toBeLessThan(inputTokens + 11 * 80);
     expect(many.usage.input_tokens_details.cached_tokens).toBeGreaterThan(11 * (inputTokens - 80));
     expect(many.answers).toHaveLength(12);
+  });
+});
+
+describe("what the answers are", () => {
+  it("the model's own next-token probabilities of the labels, renormalised over them", async () => {
+    // The same prompt through chat completions, with the whole distribution of the tiny model's
+    // vocabulary (320 tokens) before any sampling: the labels' share of it, renormalised, must be
+    // what the decision says (to 5e-4: the two prompts reach the runner's cache in different
+    // batches, and float32 logits computed in other batches differ by about 1e-4).
+    const input = [{ role: "user" as const, content: "Our checkout has returned 500 errors since 9am." }];
+    const question: Question = { name: null, kind: "choice", instructions: "Which team?", options: ["billing", "technical", "sales"].map((v) => ({ value: v, text: v })) };
+    const decided = await client("/v1").decisions.create({ model: MODEL, input: input[0]!.content, questions: [{ type: "choice", instructions: "Which team?", choices: [{ value: "billing" }, { value: "technical" }, { value: "sales" }] }] });
+    const chat = await ask(tcp(), "POST", "/v1/chat/completions", { model: MODEL, messages: questionMessages(input, question), max_tokens: 1, logprobs: true, top_logprobs: 320 });
+    expect(chat.status).toBe(200);
+    const top = chat.json().choices[0].logprobs.content[0].top_logprobs as { token: string; logprob: number }[];
+    expect(top.length).toBeGreaterThanOrEqual(300);
+    const raw = ["A", "B", "C"].map((label) => Math.exp(top.find((t) => t.token === label)!.logprob));
+    const expected = raw.map((p) => p / sum(raw));
+    const [answer] = decided.answers as OpenAI.Decision.AnswerResourceChoice[];
+    answer!.probabilities.forEach((p, i) => expect(p.probability).toBeCloseTo(expected[i]!, 3));
   });
 });
 
