@@ -2,3 +2,5 @@
 // a chat model's next-token probabilities over the labels, not a calibrated decision model's.
 export const METHOD_HEADER = "x-llamadock-decision-method";
 export const CHAT_METHOD = "chat-next-token";
+/** How many of the runner's slots asked a request's questions at once (see slots.ts). */
+export const SLOTS_HEADER = "x-llamadock-decision-slots";

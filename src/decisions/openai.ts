@@ -1,6 +1,6 @@
 import * as z from "zod";
 import { argmax, confidence, expectation, jsonText, MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, type Answer, type Ask, type InputMessage, type Question } from "./core.ts";
-import type { Asked } from "./ask.ts";
+import type { Decided } from "./ask.ts";
 
 // OpenAI's Decisions API (`client.decisions.create` of the openai package, 7.57): its body checked
 // with zod as the SDK sends it, made into an Ask; the answers in its shape, in question order.
@@ -120,7 +120,7 @@ function answer(question: Question, given: Answer): Record<string, unknown> {
   };
 }
 
-export function openAiDecision(ask: Ask, asked: Asked): Record<string, unknown> {
+export function openAiDecision(ask: Ask, asked: Decided): Record<string, unknown> {
   const { usage } = asked;
   return {
     model: asked.model,

@@ -2,7 +2,7 @@ import { readJson } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
 import { counted, ENGINE, type InferenceDeps } from "../inference/routes.ts";
 import { askModel } from "./ask.ts";
-import { CHAT_METHOD, METHOD_HEADER } from "./method.ts";
+import { CHAT_METHOD, METHOD_HEADER, SLOTS_HEADER } from "./method.ts";
 import { DecisionBody, openAiAsk, openAiDecision } from "./openai.ts";
 import { SystemOneBody, systemOneAnswer, systemOneAsk } from "./systemone.ts";
 
@@ -11,19 +11,21 @@ import { SystemOneBody, systemOneAnswer, systemOneAsk } from "./systemone.ts";
 
 const BASES = [`/engines/${ENGINE}/v1`, "/engines/v1", "/v1"];
 
-/** The answer, with the header that names how it was computed (a chat model's next token, not a decision model). */
-const answered = (body: unknown) => Response.json(body, { headers: { [METHOD_HEADER]: CHAT_METHOD } });
+/** The answer, with headers that name how it was computed (a chat model's next token, not a decision model) and in how many slots. */
+const answered = (body: unknown, slots: number) => Response.json(body, { headers: { [METHOD_HEADER]: CHAT_METHOD, [SLOTS_HEADER]: String(slots) } });
 
 export function decisionRoutes(deps: InferenceDeps): Route[] {
   const decisions = async (request: Request) => {
     const body = await readJson(request, deps.bodyLimit, DecisionBody);
     const ask = openAiAsk(body);
-    return answered(openAiDecision(ask, await askModel(deps, request, body.model, ask)));
+    const decided = await askModel(deps, request, body.model, ask);
+    return answered(openAiDecision(ask, decided), decided.slots);
   };
   const systemone = async (request: Request) => {
     const body = await readJson(request, deps.bodyLimit, SystemOneBody);
     const ask = systemOneAsk(body);
-    return answered(systemOneAnswer(ask, await askModel(deps, request, body.model, ask)));
+    const decided = await askModel(deps, request, body.model, ask);
+    return answered(systemOneAnswer(ask, decided), decided.slots);
   };
   return BASES.flatMap((base): Route[] => [
     { method: "POST", path: `${base}/decisions`, handle: (request) => counted(deps.metrics, "decisions", () => decisions(request)) },

@@ -1,6 +1,6 @@
 import * as z from "zod";
 import { argmax, confidence, expectation, jsonText, MAX_CHOICES, MAX_QUESTIONS, type Answer, type Ask, type Question } from "./core.ts";
-import type { Asked } from "./ask.ts";
+import type { Decided } from "./ask.ts";
 
 // TypeSafe's System One (`POST /v1/systemone`, as the ollama package's `systemone` sends it): a
 // `state` and named `questions` of type `noul` (the probability of true), `choice` (option keys
@@ -79,7 +79,7 @@ function answer(question: Question, given: Answer): Record<string, unknown> {
   };
 }
 
-export function systemOneAnswer(ask: Ask, asked: Asked): Record<string, unknown> {
+export function systemOneAnswer(ask: Ask, asked: Decided): Record<string, unknown> {
   return {
     model: asked.model,
     answers: Object.fromEntries(ask.questions.map((q, i) => [q.name, answer(q, asked.answers[i]!)])),

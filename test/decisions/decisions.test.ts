@@ -104,7 +104,7 @@ describe("OpenAI's decisions through the official client", () => {
     }
   });
 
-  it("reads the input once: later questions take it from the runner's prompt cache", async () => {
+  it("reads the input once: its questions share it in the runner's slots, from its prompt cache", async () => {
     // A long input of its own (one character is about one token) and twelve short questions: had
     // each question processed the input, the request would process twelve inputs.
     const input = `Report ${crypto.randomUUID()}: ${"The checkout failed with errors since nine, then recovered. ".repeat(9)}`;
@@ -112,10 +112,12 @@ describe("OpenAI's decisions through the official client", () => {
     const one = await client("/v1").decisions.create({ model: MODEL, input: `Other ${input}`, questions: questions.slice(0, 1) });
     const inputTokens = one.usage.input_tokens - one.usage.input_tokens_details.cached_tokens; // the input and one question, nothing cached
     expect(inputTokens).toBeGreaterThan(400);
-    const many = await client("/v1").decisions.create({ model: MODEL, input, questions });
+    const { data: many, response } = await client("/v1").decisions.create({ model: MODEL, input, questions }).withResponse();
+    // The questions ran in all four slots of the runner (16384 tokens over four)...
+    expect(response.headers.get("x-llamadock-decision-slots")).toBe("4");
     const processed = many.usage.input_tokens - many.usage.input_tokens_details.cached_tokens;
-    // The input once (about inputTokens) and each further question's own words (under 80 tokens
-    // each; 54 on a run), where twelve inputs would be twelve times inputTokens.
+    // ...and processed the input once (about inputTokens) and each further question's own words
+    // (under 80 tokens each; 54 on a run), where twelve inputs would be twelve times inputTokens.
     expect(processed).toBeLessThan(inputTokens + 11 * 80);
     expect(many.usage.input_tokens_details.cached_tokens).toBeGreaterThan(11 * (inputTokens - 80));
     expect(many.answers).toHaveLength(12);

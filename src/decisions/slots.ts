@@ -1,0 +1,149 @@
+import { anySignal } from "../http/abort.ts";
+import { requestTimedOut } from "../inference/bounds.ts";
+import type { Lease } from "../scheduler/runner.ts";
+import { SYSTEM_PROMPT, turns, type Answer, type Ask } from "./core.ts";
+import { askOne, clearSlot, labelTokens, runnerCalls, type Asked, type RunnerCalls } from "./question.ts";
+
+// A request's questions over the runner's slots, the input processed once.
+//
+// Every question's prompt is the templated input plus the question (core.ts), so a slot that holds
+// the input processes only a question's own text and one token. The first question, in whichever
+// slot llama-server gives it, processes the input. Further slots get it from llama-server's host
+// prompt cache (`--cache-ram`), one after the other, each while the first slot is idle: at the
+// start of each task llama-server saves its idle slots there (`--cache-idle-slots`, on by default),
+// and a slot asked by `id_slot` loads the cached prompt that best continues its task, but only when
+// what it holds shares under half with that task (an empty slot never loads: its share is 0/0), so
+// the slot is first given a few unrelated tokens (`clearSlot`). An entry is consumed by the slot
+// that loads it, and saved again at the next task's start while the first slot is idle: hence one
+// slot at a time. Then every slot that holds the input takes questions until none is left.
+//
+// A slot whose first question processed the input again (no host cache, another model's
+// prompts pushed it out) is the last to join, unless the input is short: more slots would each
+// cost the whole input. Each slot is one lease of the runner's, taken in the caller's turn like
+// any request's; slots whose lease is not granted by the time they could join stay out.
+
+/** An input this short (in tokens) costs little to process again in another slot. */
+const SHORT_INPUT_TOKENS = 256;
+/** Tokens where the input meets a question, which a tokenizer may merge differently in either. */
+const SEAM_TOKENS = 16;
+
+export type Usage = { input: number; cached: number; output: number };
+
+export type SlotRun = {
+  /** The model's name, for errors. */
+  model: string;
+  request: Request;
+  /** The request's time limit. */
+  timeoutMs: number;
+  /** The runner's slots (llama-server's `--parallel`). */
+  slots: number;
+  /** Another lease of the same runner, in the caller's turn. */
+  acquire(signal: AbortSignal): Promise<Lease>;
+  /** The caller's key, for runners that keep prompt caches per key. */
+  key: string | undefined;
+};
+
+type Worker = { runner: RunnerCalls; slot?: number; release(): void };
+
+/** The answers in question order, the tokens they took, and how many of the runner's slots asked them. */
+export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ answers: Answer[]; usage: Usage; slots: number }> {
+  const count = ask.questions.length;
+  // Ends every call at once: the request's time is up, or one call failed (the request fails).
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort(requestTimedOut(run.model, run.timeoutMs)), run.timeoutMs);
+  const extra = leasePool(run, Math.min(run.slots, count) - 1, stop.signal);
+  const workers: Worker[] = [];
+  const answers: Answer[] = [];
+  const usage: Usage = { input: 0, cached: 0, output: 0 };
+  let next = 0;
+  const take = () => (next < count ? next++ : undefined);
+  const ask1 = async (worker: Worker, i: number): Promise<Asked> => {
+    const asked = await askOne(worker.runner, ask.input, ask.questions[i]!, tokens, worker.slot);
+    answers[i] = asked.answer;
+    if (asked.timings) {
+      usage.input += asked.timings.prompt_n + asked.timings.cache_n;
+      usage.cached += asked.timings.cache_n;
+      usage.output += asked.timings.predicted_n;
+    }
+    return asked;
+  };
+  let tokens = new Map<string, number[]>();
+  try {
+    const lead = worker(run, first, stop.signal);
+    workers.push(lead);
+    tokens = await labelTokens(lead.runner, ask.questions);
+    lead.slot = (await ask1(lead, take()!)).slot;
+    if (lead.slot !== undefined && next < count && extra.waiting()) {
+      const inputTokens = await templatedInputTokens(lead.runner, ask);
+      for (const slot of Array.from({ length: run.slots }, (_, s) => s).filter((s) => s !== lead.slot)) {
+        const lease = next < count ? extra.take() : undefined;
+        if (!lease) break;
+        const seeded = { ...worker(run, lease, stop.signal), slot };
+        workers.push(seeded);
+        await clearSlot(seeded.runner, slot);
+        const asked = await ask1(seeded, take()!);
+        const fromCache = (asked.timings?.cache_n ?? 0) + SEAM_TOKENS >= inputTokens;
+        if (!fromCache && inputTokens > SHORT_INPUT_TOKENS) break;
+      }
+    }
+    extra.close();
+    await Promise.all(
+      workers.map(async (w) => {
+        for (let i = take(); i !== undefined; i = take()) await ask1(w, i);
+      }),
+    );
+    return { answers, usage, slots: workers.length };
+  } catch (error) {
+    stop.abort(error);
+    throw error;
+  } finally {
+    clearTimeout(timer);
+    extra.close();
+    for (const w of workers) w.release();
+  }
+}
+
+/** A leased runner's calls under the request's signals; released once. */
+function worker(run: SlotRun, lease: Lease, stop: AbortSignal): Worker {
+  const call = anySignal([run.request.signal, lease.died, stop]);
+  lease.sending(false);
+  return {
+    runner: runnerCalls(lease, call.signal, run.model, run.request.signal, run.key),
+    release: () => (call.dispose(), lease.release()),
+  };
+}
+
+/** The input's tokens as the first part of every question's prompt (the system prompt and the input, templated). */
+async function templatedInputTokens(runner: RunnerCalls, ask: Ask): Promise<number> {
+  const template = await runner.post("/apply-template", { messages: turns([{ role: "system", content: SYSTEM_PROMPT }, ...ask.input]) });
+  const counted = await runner.post("/tokenize", { content: template.json.prompt ?? "" });
+  return (counted.json.tokens as unknown[] | undefined)?.length ?? 0;
+}
+
+/**
+ * Up to `want` more leases, asked for at once: `take` hands out one granted by now (never waits
+ * for one); `close` gives back those not taken and stops waiting for the rest.
+ */
+function leasePool(run: SlotRun, want: number, stop: AbortSignal) {
+  const granted: Lease[] = [];
+  const waiting = anySignal([run.request.signal, stop]);
+  let open = want;
+  let closed = false;
+  for (let i = 0; i < want; i++) {
+    run.acquire(waiting.signal).then(
+      (lease) => (closed ? lease.release() : granted.push(lease)),
+      () => {}, // not granted (a full queue, the request over): one slot fewer
+    ).finally(() => open--);
+  }
+  return {
+    waiting: () => granted.length > 0 || open > 0,
+    take: () => granted.shift(),
+    close() {
+      if (closed) return;
+      closed = true;
+      waiting.abort(undefined);
+      waiting.dispose();
+      for (const lease of granted.splice(0)) lease.release();
+    },
+  };
+}
