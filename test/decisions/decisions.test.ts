@@ -1,8 +1,10 @@
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask, type Target } from "../support/http.ts";
+import { until } from "../support/until.ts";
 import { CHAT_MODEL } from "../support/chat-model.ts";
 import { startStack, type Stack } from "../inference/harness.ts";
+import type { RuntimeName } from "../support/server-process.ts";
 import { questionMessages, type Question } from "../../src/decisions/core.ts";
 
 // Decisions end to end: the official openai client's decisions.create and System One's shape by
@@ -13,7 +15,7 @@ import { questionMessages, type Question } from "../../src/decisions/core.ts";
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({ models: [], embedders: ["ai/embedder"], shaped: { "ai/chat": CHAT_MODEL } });
+  stack = await startStack({ models: [], embedders: ["ai/embedder"], shaped: { "ai/chat": CHAT_MODEL, "ai/nocache": { ...CHAT_MODEL, seed: 2 } } });
 });
 afterAll(async () => {
   await stack?.stop();
@@ -42,7 +44,7 @@ const QUESTIONS: OpenAI.DecisionCreateParams["questions"] = [
 ];
 
 /** Every property an answer to QUESTIONS must have, whatever the model says. */
-function checkDecision(decision: OpenAI.Decision) {
+function checkDecision(decision: OpenAI.Decision, asked = 3) {
   expect(decision.model).toBe(MODEL);
   expect(decision.answers.map((a) => [a.type, a.name])).toEqual([
     ["predicate", "outage"],
@@ -66,7 +68,7 @@ function checkDecision(decision: OpenAI.Decision) {
   expect(score.confidence).toBeCloseTo(expectedConfidence(sps), 9);
 
   const { usage } = decision;
-  expect(usage.output_tokens).toBe(3); // one label token per question
+  expect(usage.output_tokens).toBe(asked); // one label token per question
   expect(usage.input_tokens).toBeGreaterThan(0);
   expect(usage.input_tokens_details.cached_tokens).toBeLessThan(usage.input_tokens);
   expect(usage.total_tokens).toBe(usage.input_tokens + usage.output_tokens);
@@ -121,6 +123,54 @@ describe("OpenAI's decisions through the official client", () => {
     expect(processed).toBeLessThan(inputTokens + 11 * 80);
     expect(many.usage.input_tokens_details.cached_tokens).toBeGreaterThan(11 * (inputTokens - 80));
     expect(many.answers).toHaveLength(12);
+  });
+});
+
+describe("many questions", () => {
+  it("answers 400 questions in order, the input processed about once", async () => {
+    const input = `Ticket ${crypto.randomUUID()}: ${"Our checkout has returned 500 errors since 9am for every card. ".repeat(4)}`;
+    const inputTokens = (await ask(tcp(), "POST", "/tokenize", { model: MODEL, content: input })).json().tokens.length as number;
+    const questions = Array.from({ length: 400 }, (_, i) => ({ type: "predicate" as const, name: `q${i}`, instructions: `Fact ${i}.` }));
+    const { data, response } = await client("/v1").decisions.create({ model: MODEL, input, questions }).withResponse();
+    expect(response.headers.get("x-llamadock-decision-slots")).toBe("4");
+    expect(data.answers.map((a) => a.name)).toEqual(questions.map((q) => q.name));
+    expect(data.answers.every((a) => a.type === "predicate")).toBe(true);
+    expect(data.usage.output_tokens).toBe(400);
+    // Every question but the first read the input from a cache; each processed its own words
+    // (about 60 tokens here) and the input was processed once: 400 inputs would be 400 times more.
+    const processed = data.usage.input_tokens - data.usage.input_tokens_details.cached_tokens;
+    expect(data.usage.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(399 * inputTokens);
+    expect(processed).toBeLessThan(400 * 80 + 2 * inputTokens);
+  }, 300_000);
+});
+
+describe("a runner without a host prompt cache", () => {
+  it("gives the questions to as many slots as got the input cheaply: the first, and the one that found it could not", async () => {
+    const configured = await ask(tcp(), "POST", "/engines/_configure", { model: "ai/nocache", "cache-ram": 0 });
+    expect(configured.status).toBe(202);
+    const input = `Report ${crypto.randomUUID()}: ${"The checkout failed with errors since nine, then recovered. ".repeat(9)}`;
+    const questions = Array.from({ length: 12 }, (_, i) => ({ type: "predicate" as const, instructions: `Item ${i} holds.` }));
+    const { data, response } = await client("/v1").decisions.create({ model: "ai/nocache", input, questions }).withResponse();
+    // A second slot had to process the input again (nothing to load it from): no third joined.
+    expect(response.headers.get("x-llamadock-decision-slots")).toBe("2");
+    const inputTokens = (await ask(tcp(), "POST", "/tokenize", { model: "ai/nocache", content: input })).json().tokens.length as number;
+    const processed = data.usage.input_tokens - data.usage.input_tokens_details.cached_tokens;
+    expect(processed).toBeGreaterThan(2 * inputTokens);
+    expect(processed).toBeLessThan(3 * inputTokens + 12 * 80);
+    expect(data.answers).toHaveLength(12);
+  });
+});
+
+describe("a client that leaves", () => {
+  it("ends its questions and gives the runner's slots back; the next request is answered", async () => {
+    const questions = Array.from({ length: 400 }, (_, i) => ({ type: "predicate" as const, instructions: `Fact ${i}.` }));
+    const leaving = new AbortController();
+    const request = client("/v1").decisions.create({ model: MODEL, input: `Leaving ${crypto.randomUUID()}`, questions }, { signal: leaving.signal });
+    setTimeout(() => leaving.abort(), 500);
+    await expect(request).rejects.toThrow();
+    const ps = async () => (await ask(tcp(), "GET", "/engines/ps")).json().find((r: { model_name: string }) => r.model_name === "ai/chat:latest");
+    await until(async () => (await ps()).in_flight === 0, "the runner's slots given back");
+    checkDecision(await client("/v1").decisions.create({ model: MODEL, input: "After the one that left.", questions: QUESTIONS }));
   });
 });
 
@@ -266,5 +316,27 @@ describe("usage ledger", () => {
     expect(after.requests - before.requests).toBe(1);
     expect(after.prompt_tokens - before.prompt_tokens).toBe(decision.usage.input_tokens);
     expect(after.completion_tokens - before.completion_tokens).toBe(decision.usage.output_tokens);
+  });
+});
+
+describe.each<RuntimeName>(["node", "deno"])("the server under %s", (runtime) => {
+  let other: Stack;
+  beforeAll(async () => {
+    other = await startStack({ runtime, models: [], shaped: { "ai/chat": CHAT_MODEL } });
+  });
+  afterAll(async () => {
+    await other?.stop();
+  });
+
+  it("answers OpenAI's decisions in the runner's slots, and System One's", async () => {
+    const openai = new OpenAI({ baseURL: `${other.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const { data, response } = await openai.decisions.create({ model: MODEL, input: `Under ${runtime}: the checkout is slow.`, questions: [...QUESTIONS, ...QUESTIONS] }).withResponse();
+    expect(response.headers.get("x-llamadock-decision-slots")).toBe("4");
+    expect(data.answers).toHaveLength(6);
+    checkDecision({ ...data, answers: data.answers.slice(0, 3) }, 6);
+    checkDecision({ ...data, answers: data.answers.slice(3) }, 6);
+    const systemone = await ask({ url: other.url }, "POST", "/v1/systemone", { model: MODEL, state: "x", questions: { a: { type: "noul", instructions: "It holds." } } });
+    expect(systemone.status).toBe(200);
+    expect(systemone.json().answers.a.noul).toBeGreaterThanOrEqual(0);
   });
 });
