@@ -5,7 +5,8 @@ import { LOCAL_CALLER } from "../keys/keyring.ts";
 import { modelNotFound } from "../models/errors.ts";
 import { resolveOr404 } from "../models/lookup.ts";
 import type { StoredModel } from "../models/index.ts";
-import { decisionMethod } from "./capability.ts";
+import { decisionMethod, isDecisionModel } from "./capability.ts";
+import { askEngine, type EngineAnswer } from "./engine.ts";
 import type { Answer, Ask } from "./core.ts";
 import { askAll, type Usage } from "./slots.ts";
 
@@ -16,7 +17,11 @@ import { askAll, type Usage } from "./slots.ts";
 export type { Usage };
 export type Decided = { model: string; answers: Answer[]; usage: Usage; slots: number };
 
-export async function askModel(deps: InferenceDeps, request: Request, requested: string, ask: Ask & { images: boolean }): Promise<Decided> {
+/**
+ * The answers; or, given `native` (a System One body, as it came) and a decision model, the
+ * engine's own answer where its runner serves `/v1/systemone` (engine.ts).
+ */
+export async function askModel(deps: InferenceDeps, request: Request, requested: string, ask: Ask & { images: boolean }, native?: unknown): Promise<Decided | { engine: EngineAnswer }> {
   const startedAt = performance.now();
   const caller = deps.identify?.(request) ?? LOCAL_CALLER;
   let name: string | undefined;
@@ -33,8 +38,20 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
     const first = await acquire(request.signal);
     const timed = deps.metrics.timer(named, startedAt);
     const timer = ticket ? bothTimers(timed, ticket.timer) : timed;
-    const slots = deps.scheduler.runners().find((r) => r.modelId === model.id && r.mode === "completion" && r.state === "ready")?.slots ?? 1;
     const key = deps.promptsPerKey ? caller.name : undefined;
+    if (native !== undefined && isDecisionModel(model)) {
+      const engine = await askEngine(first, native, { model: named, request, timeoutMs: deps.bounds.timeoutMs, key }).catch((error: unknown) => {
+        first.release();
+        throw error;
+      });
+      if (engine) {
+        first.release();
+        // Its usage (`input_tokens`, `output_tokens`) is what the ledger reads.
+        timer.end(engine.status < 400, JSON.stringify(engine.json));
+        return { engine };
+      }
+    }
+    const slots = deps.scheduler.runners().find((r) => r.modelId === model.id && r.mode === "completion" && r.state === "ready")?.slots ?? 1;
     const { answers, usage, slots: used } = await askAll({ model: named, request, timeoutMs: deps.bounds.timeoutMs, slots, acquire, key }, first, ask);
     // The ledger and the latency figures read llama-server's `timings` of an answer: those of all the questions.
     timer.end(true, JSON.stringify({ timings: { cache_n: usage.cached, prompt_n: usage.input - usage.cached, predicted_n: usage.output } }));

@@ -45,9 +45,9 @@ export function runnerCalls(lease: Lease, signal: AbortSignal, model: string, cl
     async post(path, body) {
       try {
         const response = await lease.fetch(`http://runner${path}`, { method: "POST", headers, body: new TextEncoder().encode(JSON.stringify(body)), signal });
-        const json = (await response.json()) as Record<string, unknown>;
+        const text = await response.text();
         lease.heard();
-        return { status: response.status, json };
+        return { status: response.status, json: jsonOr(text) };
       } catch (error) {
         if (client.aborted) throw clientGone();
         if (signal.reason instanceof HttpError) throw signal.reason;
@@ -55,6 +55,17 @@ export function runnerCalls(lease: Lease, signal: AbortSignal, model: string, cl
       }
     },
   };
+}
+
+/** An answer's JSON object; a text that is none (a route llama-server lacks answers plain text) as an error's message. */
+function jsonOr(text: string): Record<string, unknown> {
+  try {
+    const json = JSON.parse(text) as unknown;
+    if (json && typeof json === "object" && !Array.isArray(json)) return json as Record<string, unknown>;
+  } catch {
+    // not JSON: below
+  }
+  return { error: { message: text.slice(0, 500) } };
 }
 
 /** Every label the questions use, with the tokens that write it alone: "A", and " A" where that is one token too. */

@@ -2,7 +2,7 @@ import { readJson } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
 import { counted, ENGINE, type InferenceDeps } from "../inference/routes.ts";
 import { askModel } from "./ask.ts";
-import { CHAT_METHOD, METHOD_HEADER, SLOTS_HEADER } from "./method.ts";
+import { CHAT_METHOD, ENGINE_METHOD, METHOD_HEADER, SLOTS_HEADER } from "./method.ts";
 import { DecisionBody, openAiAsk, openAiDecision } from "./openai.ts";
 import { SystemOneBody, systemOneAnswer, systemOneAsk } from "./systemone.ts";
 
@@ -19,12 +19,15 @@ export function decisionRoutes(deps: InferenceDeps): Route[] {
     const body = await readJson(request, deps.bodyLimit, DecisionBody);
     const ask = openAiAsk(body);
     const decided = await askModel(deps, request, body.model, ask);
+    if ("engine" in decided) throw new Error("an engine's answer to a request that named none");
     return answered(openAiDecision(ask, decided), decided.slots);
   };
   const systemone = async (request: Request) => {
     const body = await readJson(request, deps.bodyLimit, SystemOneBody);
     const ask = systemOneAsk(body);
-    const decided = await askModel(deps, request, body.model, ask);
+    // A decision model's is asked of the engine first, as it came (see engine.ts).
+    const decided = await askModel(deps, request, body.model, ask, body);
+    if ("engine" in decided) return Response.json(decided.engine.json, { status: decided.engine.status, headers: { [METHOD_HEADER]: ENGINE_METHOD } });
     return answered(systemOneAnswer(ask, decided), decided.slots);
   };
   return BASES.flatMap((base): Route[] => [

@@ -15,13 +15,15 @@ import { questionMessages, type Question } from "../../src/decisions/core.ts";
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({ models: [], embedders: ["ai/embedder"], shaped: { "ai/chat": CHAT_MODEL, "ai/nocache": { ...CHAT_MODEL, seed: 2 } } });
+  stack = await startStack({ models: [], embedders: ["ai/embedder"], shaped: { "ai/chat": CHAT_MODEL, "ai/nocache": { ...CHAT_MODEL, seed: 2 }, "ai/decider": DECIDER } });
 });
 afterAll(async () => {
   await stack?.stop();
 });
 
 const MODEL = "ai/chat";
+/** A "decision model" by its GGUF: our llama-server has no decision route for it (engine.test.ts has one that does). */
+const DECIDER = { ...CHAT_MODEL, seed: 3, strings: { "decision.type": "systemone" } };
 const P = "/exp/vDD4.40";
 const tcp = (): Target => ({ url: stack.url });
 const unix = (): Target => ({ socketPath: stack.socket });
@@ -244,6 +246,23 @@ describe("System One's shape by plain requests", () => {
   });
 });
 
+describe("a decision model on an engine without a decision route", () => {
+  it("is asked as a chat model, says so, and is counted once", async () => {
+    expect((await ask(tcp(), "GET", "/v1/models/ai/decider")).json().capabilities).toEqual({ decisions: "chat-next-token", systemone: "engine" });
+    const body = { model: "ai/decider", state: "Our checkout fails.", questions: { outage: { type: "noul", instructions: "Is it down?" } } };
+    for (let i = 0; i < 2; i++) {
+      const before = (await ask(tcp(), "GET", "/engines/usage")).json().total;
+      const answer = await ask(tcp(), "POST", "/v1/systemone", body);
+      expect(answer.status).toBe(200);
+      expect(answer.headers["x-llamadock-decision-method"]).toBe("chat-next-token");
+      expect(answer.json().answers.outage.type).toBe("noul");
+      const after = (await ask(tcp(), "GET", "/engines/usage")).json().total;
+      expect([after.requests - before.requests, after.errors - before.errors]).toEqual([1, 0]);
+      expect(after.prompt_tokens - before.prompt_tokens).toBe(answer.json().usage.input_tokens);
+    }
+  });
+});
+
 describe("errors in OpenAI's shape, and the server stays up", () => {
   const predicate = { type: "predicate", instructions: "It holds." };
   const choice = (choices: unknown[]) => ({ type: "choice", instructions: "Which?", choices });
@@ -295,13 +314,14 @@ describe("which way a model answers, where models are listed", () => {
   it("a chat model: its next token, in /v1/models, /models/{name} and Ollama's /api/show; an embedder: not at all", async () => {
     for (const base of ["/v1", "/engines/v1", "/engines/llama.cpp/v1"]) {
       const listed = (await ask(tcp(), "GET", `${base}/models`)).json().data as { id: string; capabilities?: object }[];
-      expect(listed.find((m) => m.id.endsWith("ai/chat:latest"))!.capabilities).toEqual({ decisions: "chat-next-token" });
+      expect(listed.find((m) => m.id.endsWith("ai/chat:latest"))!.capabilities).toEqual({ decisions: "chat-next-token", systemone: "chat-next-token" });
       expect(listed.find((m) => m.id.endsWith("ai/embedder:latest"))!.capabilities).toBeUndefined();
-      expect((await ask(tcp(), "GET", `${base}/models/${MODEL}`)).json().capabilities).toEqual({ decisions: "chat-next-token" });
+      expect((await ask(tcp(), "GET", `${base}/models/${MODEL}`)).json().capabilities).toEqual({ decisions: "chat-next-token", systemone: "chat-next-token" });
     }
     const shown = (await ask(tcp(), "POST", "/api/show", { model: MODEL })).json();
     expect(shown.capabilities).toContain("decisions");
     expect(shown.decisions).toBe("chat-next-token");
+    expect(shown.systemone).toBe("chat-next-token");
     const embedder = (await ask(tcp(), "POST", "/api/show", { model: "ai/embedder" })).json();
     expect(embedder.capabilities).toEqual(["embedding"]);
     expect(embedder.decisions).toBeUndefined();

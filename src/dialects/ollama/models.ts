@@ -1,4 +1,4 @@
-import { decisionMethod } from "../../decisions/capability.ts";
+import { decisionMethod, systemOneMethod } from "../../decisions/capability.ts";
 import type { StoredModel } from "../../models/index.ts";
 import type { ProgressShape } from "../../models/index.ts";
 import type { PullEvent } from "../../models/pull/plan.ts";
@@ -70,7 +70,7 @@ export function showAnswer(model: StoredModel, name: string): Record<string, unk
     details: details(model),
     model_info: info,
     capabilities: capabilities(model),
-    ...(decisionMethod(model) ? { decisions: decisionMethod(model) } : {}),
+    ...(decisionMethod(model) ? { decisions: decisionMethod(model), systemone: systemOneMethod(model) } : {}),
     modified_at: iso(model.created),
   };
 }
