@@ -91,7 +91,7 @@ export async function askOne(runner: RunnerCalls, input: InputMessage[], questio
   const unwritten = tags.filter((_, i) => ids[i]!.length === 0);
   if (unwritten.length > 0) return { answer: { refusal: `the model has no single token for the labels ${unwritten.join(", ")}` } };
   const template = await runner.post("/apply-template", { messages: questionMessages(input, question) });
-  if (template.status !== 200) throw upstream(template.json);
+  if (template.status !== 200) throw templateRefused(template.json);
   const completion = await runner.post("/completion", {
     prompt: template.json.prompt,
     n_predict: 1,
@@ -143,6 +143,12 @@ async function contextRefusal(runner: RunnerCalls, input: InputMessage[], json: 
     throw new HttpError(400, "invalid_request_error", "context_length_exceeded", `the input takes ${inputTokens} tokens, more than the ${context} of the model's context (a slot's share)`);
   }
   return { refusal: "the question with the input exceeds the model's context" };
+}
+
+/** The model's chat template refused the messages (its own rules: roles in turn, a system message first...). */
+function templateRefused(json: Record<string, unknown>): HttpError {
+  const message = (json.error as { message?: string } | undefined)?.message ?? JSON.stringify(json).slice(0, 500);
+  return new HttpError(400, "invalid_request_error", "template_refused", `the model's chat template refuses the input's messages: ${message}`);
 }
 
 /** An error llama-server answered that is not the request's fault: passed on as the runner's. */
