@@ -74,9 +74,11 @@ export function questionText(question: Question): string {
  * Every question's messages then differ only at the end, so all of a request's prompts share the
  * templated input as their prefix, which the runner's prompt cache keeps.
  */
-export function questionMessages(input: InputMessage[], question: Question): InputMessage[] {
+export const questionMessages = (input: InputMessage[], question: Question): InputMessage[] => messagesAround(input, questionText(question));
+
+/** The input's messages with `text` where a question goes (see questionMessages). */
+export function messagesAround(input: InputMessage[], text: string): InputMessage[] {
   const messages = turns([{ role: "system", content: SYSTEM_PROMPT }, ...input]);
-  const text = questionText(question);
   const last = messages.at(-1)!;
   if (last.role === "user") messages[messages.length - 1] = { role: "user", content: `${last.content}\n\n${text}` };
   else messages.push({ role: "user", content: text });

@@ -3,7 +3,7 @@ import { ENGINE } from "../inference/routes.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import { runnerFailed } from "../scheduler/errors.ts";
 import { KEY_HEADER } from "../slot-cache/per-key.ts";
-import { labels, questionMessages, renormalise, SYSTEM_PROMPT, turns, type Answer, type InputMessage, type Question } from "./core.ts";
+import { labels, messagesAround, questionMessages, questionText, renormalise, SYSTEM_PROMPT, turns, type Answer, type InputMessage, type Question } from "./core.ts";
 
 // One question asked of a leased runner: its prompt through the model's chat template, one token
 // generated with the labels' probabilities read (see `askOne`). And the calls it is made of.
@@ -84,16 +84,41 @@ export async function labelTokens(runner: RunnerCalls, questions: Question[]): P
 
 type Probability = { id: number; prob?: number; logprob?: number };
 
+/** A question's prompt: the model's chat template applied to the input and the question. */
+export type Prompter = (question: Question) => Promise<string>;
+
+/** Where the question's text stands in a prompt templated once for all questions. */
+const QUESTION_MARK = "\uE000";
+
+/**
+ * Prompts for a request's questions. The template is applied once, with a mark where the question
+ * goes, and each question's text put in its place: one call to the runner for all of them, not one
+ * each. Unless the mark did not come through once, or the first question's prompt so made is not
+ * the template's own for it (a template that changes what it is given): then the template is
+ * applied to each question.
+ */
+export async function prompter(runner: RunnerCalls, input: InputMessage[], first: Question): Promise<Prompter> {
+  const template = async (messages: InputMessage[]) => {
+    const answer = await runner.post("/apply-template", { messages });
+    if (answer.status !== 200) throw templateRefused(answer.json);
+    return String(answer.json.prompt);
+  };
+  const each: Prompter = (question) => template(questionMessages(input, question));
+  const [marked, exact] = await Promise.all([template(messagesAround(input, QUESTION_MARK)), each(first)]);
+  const [before, after, ...more] = marked.split(QUESTION_MARK);
+  if (after === undefined || more.length > 0) return each;
+  const placed = (question: Question) => `${before}${questionText(question)}${after}`;
+  return placed(first) === exact ? async (question) => placed(question) : each;
+}
+
 /** One question, in the runner's slot `slot` (llama-server's `id_slot`) or where llama-server puts it. */
-export async function askOne(runner: RunnerCalls, input: InputMessage[], question: Question, tokens: Map<string, number[]>, slot?: number): Promise<Asked> {
+export async function askOne(runner: RunnerCalls, input: InputMessage[], question: Question, prompt: Prompter, tokens: Map<string, number[]>, slot?: number): Promise<Asked> {
   const tags = labels(question);
   const ids = tags.map((tag) => tokens.get(tag) ?? []);
   const unwritten = tags.filter((_, i) => ids[i]!.length === 0);
   if (unwritten.length > 0) return { answer: { refusal: `the model has no single token for the labels ${unwritten.join(", ")}` } };
-  const template = await runner.post("/apply-template", { messages: questionMessages(input, question) });
-  if (template.status !== 200) throw templateRefused(template.json);
   const completion = await runner.post("/completion", {
-    prompt: template.json.prompt,
+    prompt: await prompt(question),
     n_predict: 1,
     cache_prompt: true,
     ...(slot !== undefined ? { id_slot: slot } : {}),

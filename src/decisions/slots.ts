@@ -2,7 +2,7 @@ import { anySignal } from "../http/abort.ts";
 import { requestTimedOut } from "../inference/bounds.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import { SYSTEM_PROMPT, turns, type Answer, type Ask } from "./core.ts";
-import { askOne, clearSlot, labelTokens, runnerCalls, type Asked, type RunnerCalls } from "./question.ts";
+import { askOne, clearSlot, labelTokens, prompter, runnerCalls, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
 
 // A request's questions over the runner's slots, the input processed once.
 //
@@ -58,7 +58,7 @@ export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ an
   let next = 0;
   const take = () => (next < count ? next++ : undefined);
   const ask1 = async (worker: Worker, i: number): Promise<Asked> => {
-    const asked = await askOne(worker.runner, ask.input, ask.questions[i]!, tokens, worker.slot);
+    const asked = await askOne(worker.runner, ask.input, ask.questions[i]!, prompt, tokens, worker.slot);
     answers[i] = asked.answer;
     if (asked.timings) {
       usage.input += asked.timings.prompt_n + asked.timings.cache_n;
@@ -68,10 +68,11 @@ export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ an
     return asked;
   };
   let tokens = new Map<string, number[]>();
+  let prompt: Prompter = () => Promise.reject(new Error("no prompts yet"));
   try {
     const lead = worker(run, first, stop.signal);
     workers.push(lead);
-    tokens = await labelTokens(lead.runner, ask.questions);
+    [tokens, prompt] = await Promise.all([labelTokens(lead.runner, ask.questions), prompter(lead.runner, ask.input, ask.questions[0]!)]);
     lead.slot = (await ask1(lead, take()!)).slot;
     if (lead.slot !== undefined && next < count && extra.waiting()) {
       const inputTokens = await templatedInputTokens(lead.runner, ask);
