@@ -47,53 +47,20 @@ type Worker = { runner: RunnerCalls; slot?: number; release(): void };
 
 /** The answers in question order, the tokens they took, and how many of the runner's slots asked them. */
 export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ answers: Answer[]; usage: Usage; slots: number }> {
-  const count = ask.questions.length;
   // Ends every call at once: the request's time is up, or one call failed (the request fails).
   const stop = new AbortController();
   const timer = setTimeout(() => stop.abort(requestTimedOut(run.model, run.timeoutMs)), run.timeoutMs);
-  const extra = leasePool(run, Math.min(run.slots, count) - 1, stop.signal);
+  const extra = leasePool(run, Math.min(run.slots, ask.questions.length) - 1, stop.signal);
   const workers: Worker[] = [];
-  const answers: Answer[] = [];
-  const usage: Usage = { input: 0, cached: 0, output: 0 };
-  let next = 0;
-  const take = () => (next < count ? next++ : undefined);
-  const ask1 = async (worker: Worker, i: number): Promise<Asked> => {
-    const asked = await askOne(worker.runner, ask.input, ask.questions[i]!, prompt, tokens, worker.slot);
-    answers[i] = asked.answer;
-    if (asked.timings) {
-      usage.input += asked.timings.prompt_n + asked.timings.cache_n;
-      usage.cached += asked.timings.cache_n;
-      usage.output += asked.timings.predicted_n;
-    }
-    return asked;
-  };
-  let tokens = new Map<string, number[]>();
-  let prompt: Prompter = () => Promise.reject(new Error("no prompts yet"));
   try {
     const lead = worker(run, first, stop.signal);
     workers.push(lead);
-    [tokens, prompt] = await Promise.all([labelTokens(lead.runner, ask.questions), prompter(lead.runner, ask.input, ask.questions[0]!)]);
-    lead.slot = (await ask1(lead, take()!)).slot;
-    if (lead.slot !== undefined && next < count && extra.waiting()) {
-      const inputTokens = await templatedInputTokens(lead.runner, ask);
-      for (const slot of Array.from({ length: run.slots }, (_, s) => s).filter((s) => s !== lead.slot)) {
-        const lease = next < count ? extra.take() : undefined;
-        if (!lease) break;
-        const seeded = { ...worker(run, lease, stop.signal), slot };
-        workers.push(seeded);
-        await clearSlot(seeded.runner, slot);
-        const asked = await ask1(seeded, take()!);
-        const fromCache = (asked.timings?.cache_n ?? 0) + SEAM_TOKENS >= inputTokens;
-        if (!fromCache && inputTokens > SHORT_INPUT_TOKENS) break;
-      }
-    }
+    const queue = await questionQueue(lead.runner, ask);
+    lead.slot = (await queue.askNext(lead))?.slot;
+    await seed(run, ask, { lead, extra, queue, workers, stop: stop.signal });
     extra.close();
-    await Promise.all(
-      workers.map(async (w) => {
-        for (let i = take(); i !== undefined; i = take()) await ask1(w, i);
-      }),
-    );
-    return { answers, usage, slots: workers.length };
+    await Promise.all(workers.map(async (w) => void (await drain(queue, w))));
+    return { answers: queue.answers, usage: queue.usage, slots: workers.length };
   } catch (error) {
     stop.abort(error);
     throw error;
@@ -101,6 +68,61 @@ export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ an
     clearTimeout(timer);
     extra.close();
     for (const w of workers) w.release();
+  }
+}
+
+type Queue = Awaited<ReturnType<typeof questionQueue>>;
+
+/** The request's questions, handed out in order to whichever slot asks next; their answers and tokens. */
+async function questionQueue(runner: RunnerCalls, ask: Ask) {
+  const [tokens, prompt] = await Promise.all([labelTokens(runner, ask.questions), prompter(runner, ask.input, ask.questions[0]!)]);
+  const answers: Answer[] = [];
+  const usage: Usage = { input: 0, cached: 0, output: 0 };
+  let next = 0;
+  return {
+    answers,
+    usage,
+    done: () => next >= ask.questions.length,
+    /** Asks the next question in `worker`'s slot; undefined when none is left. */
+    async askNext(worker: Worker): Promise<Asked | undefined> {
+      if (next >= ask.questions.length) return undefined;
+      const i = next++;
+      const asked = await askOne(worker.runner, ask.input, ask.questions[i]!, prompt, tokens, worker.slot);
+      answers[i] = asked.answer;
+      if (asked.timings) {
+        usage.input += asked.timings.prompt_n + asked.timings.cache_n;
+        usage.cached += asked.timings.cache_n;
+        usage.output += asked.timings.predicted_n;
+      }
+      return asked;
+    },
+  };
+}
+
+async function drain(queue: Queue, worker: Worker): Promise<void> {
+  while (await queue.askNext(worker));
+}
+
+type Seeding = { lead: Worker; extra: ReturnType<typeof leasePool>; queue: Queue; workers: Worker[]; stop: AbortSignal };
+
+/**
+ * The runner's other slots given the input, one after the other, each with a lease granted by now
+ * and its first question (see the top of this file); each joins `workers`. The last to join is one
+ * that had to process the input again, unless the input is short.
+ */
+async function seed(run: SlotRun, ask: Ask, { lead, extra, queue, workers, stop }: Seeding): Promise<void> {
+  if (lead.slot === undefined || queue.done() || !extra.waiting()) return;
+  const inputTokens = await templatedInputTokens(lead.runner, ask);
+  for (let slot = 0; slot < run.slots; slot++) {
+    if (slot === lead.slot) continue;
+    const lease = queue.done() ? undefined : extra.take();
+    if (!lease) return;
+    const seeded: Worker = { ...worker(run, lease, stop), slot };
+    workers.push(seeded);
+    await clearSlot(seeded.runner, slot);
+    const asked = await queue.askNext(seeded);
+    const fromCache = (asked?.timings?.cache_n ?? 0) + SEAM_TOKENS >= inputTokens;
+    if (!fromCache && inputTokens > SHORT_INPUT_TOKENS) return;
   }
 }
 
