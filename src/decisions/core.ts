@@ -1,7 +1,7 @@
 // Decisions answered by a chat model: the pure part. Each question's options get single-character
 // labels; the question goes after the input in the model's chat template; the model's next-token
 // probabilities for the labels, renormalised over the labels, are the answer. Nothing here talks
-// to a runner: ask.ts does, with the prompts and labels made here.
+// to a runner: question.ts and slots.ts do, with the prompts and labels made here.
 
 /** One option of a question: what the client names it, how the model is told of it. */
 export type Option = { value: string | boolean; text: string; description?: string };

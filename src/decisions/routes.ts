@@ -7,7 +7,8 @@ import { DecisionBody, openAiAsk, openAiDecision } from "./openai.ts";
 import { SystemOneBody, systemOneAnswer, systemOneAsk } from "./systemone.ts";
 
 // Decisions under every base path of the OpenAI-compatible endpoints: OpenAI's `decisions` and
-// System One's `systemone`, both answered by any chat model we serve (see ask.ts).
+// System One's `systemone`, both answered by any chat model we serve (ask.ts, slots.ts, question.ts),
+// a decision model's System One by its engine where it serves it (engine.ts).
 
 const BASES = [`/engines/${ENGINE}/v1`, "/engines/v1", "/v1"];
 
