@@ -1,3 +1,5 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask, type Target } from "../support/http.ts";
@@ -358,5 +360,29 @@ describe.each<RuntimeName>(["node", "deno"])("the server under %s", (runtime) =>
     const systemone = await ask({ url: other.url }, "POST", "/v1/systemone", { model: MODEL, state: "x", questions: { a: { type: "noul", instructions: "It holds." } } });
     expect(systemone.status).toBe(200);
     expect(systemone.json().answers.a.noul).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe("prompt caches kept per key (INFERENCE_PROMPT_CACHE_PER_KEY)", () => {
+  const KEYS = { alice: "sk-alice-decides-31", bob: "sk-bob-decides-47" };
+  let keyed: Stack;
+  beforeAll(async () => {
+    keyed = await startStack({ models: [], shaped: { "ai/chat": CHAT_MODEL } });
+    await writeFile(join(keyed.dir, "keys"), `${KEYS.alice} name=alice\n${KEYS.bob} name=bob\n`);
+    await keyed.restart({ API_KEYS_FILE: join(keyed.dir, "keys"), INFERENCE_PROMPT_CACHE_PER_KEY: "true" });
+  });
+  afterAll(async () => {
+    await keyed?.stop();
+  });
+
+  it("a key's questions reuse its own input; another key's on the same input reuse nothing", async () => {
+    const as = (key: keyof typeof KEYS) => new OpenAI({ baseURL: `${keyed.url}/v1`, apiKey: KEYS[key], maxRetries: 0 });
+    const input = `Alice's notes ${crypto.randomUUID()}: ${"the checkout failed with errors since nine. ".repeat(8)}`;
+    const questions = Array.from({ length: 8 }, (_, i) => ({ type: "predicate" as const, instructions: `Item ${i} holds.` }));
+    const alice = await as("alice").decisions.create({ model: MODEL, input, questions });
+    expect(alice.usage.input_tokens_details.cached_tokens).toBeGreaterThan(7 * 300);
+    const bob = await as("bob").decisions.create({ model: MODEL, input, questions });
+    expect(bob.usage.input_tokens_details.cached_tokens).toBe(0);
+    expect(bob.answers).toHaveLength(8);
   });
 });
