@@ -10,6 +10,7 @@ import { openBatches } from "./batches/index.ts";
 import { anthropicRoutes } from "./dialects/anthropic.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
+import { decisionRoutes } from "./decisions/routes.ts";
 import { ollamaRoutes } from "./dialects/ollama/routes.ts";
 import { createInference } from "./inference/index.ts";
 import { createDrain } from "./pod/drain.ts";
@@ -87,6 +88,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     ...anthropicRoutes(inference.deps),
     ...responsesRoutes(inference.deps, createResponseStore(config.inference.responsesStore), callerScope(config.security.apiKeys)),
     ...rerankRoutes(inference.deps),
+    ...decisionRoutes(inference.deps),
     ...batches.routes,
     ...ollamaRoutes({ inference: inference.deps, store, models, version: OLLAMA_API_VERSION }),
     ...inference.routes,

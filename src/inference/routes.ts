@@ -2,6 +2,7 @@ import type { IRequest } from "itty-router";
 import { clientGone, HttpError, notFound } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
+import { decisionMethod, systemOneMethod } from "../decisions/capability.ts";
 import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
@@ -47,7 +48,11 @@ export type InferenceDeps = {
 export const ENGINE = "llama.cpp";
 const BASES = [`/engines/${ENGINE}/v1`, "/engines/v1", "/v1"];
 
-const openAiModel = (m: StoredModel) => ({ id: m.tags[0] ?? m.id, object: "model", created: m.created, owned_by: "docker" });
+/** A model as OpenAI lists it, with which way it answers decisions (see src/decisions/capability.ts). */
+const openAiModel = (m: StoredModel) => {
+  const decisions = decisionMethod(m);
+  return { id: m.tags[0] ?? m.id, object: "model", created: m.created, owned_by: "docker", ...(decisions ? { capabilities: { decisions, systemone: systemOneMethod(m) } } : {}) };
+};
 
 export function inferenceRoutes(deps: InferenceDeps): Route[] {
   const listModels = async () => Response.json({ object: "list", data: (await deps.store.list()).map(openAiModel) });

@@ -20,7 +20,11 @@ describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at
   it("lists models", async () => {
     const page = await client(base).models.list();
     expect(page.data.map((m) => m.id).sort()).toEqual([expect.stringMatching(/(^|\/)ai\/embedder:latest$/), expect.stringMatching(/(^|\/)ai\/tiny:latest$/)]);
-    expect(page.data[0]).toEqual({ id: expect.any(String), object: "model", created: expect.any(Number), owned_by: "docker" });
+    // A chat model says it answers decisions, and how (see src/decisions/capability.ts); an embedder does not.
+    for (const model of page.data) {
+      const decisions = model.id.includes("embedder") ? {} : { capabilities: { decisions: "chat-next-token", systemone: "chat-next-token" } };
+      expect(model).toEqual({ id: expect.any(String), object: "model", created: expect.any(Number), owned_by: "docker", ...decisions });
+    }
   });
 
   it("chats", async () => {

@@ -36,6 +36,8 @@ export interface TinyGgufOptions {
   vocabulary?: "bytes" | "bpe";
   /** With "bpe": what the model favours (chat-vocab.ts): opening tool calls (default), or short answers. */
   answers?: "tool calls" | "terse";
+  /** Further header fields, as strings (e.g. a decision model's `decision.type`). */
+  strings?: Record<string, string>;
 }
 
 type Shape = { embd: number; head: number; headKv: number; layer: number; ff: number; ctx: number };
@@ -346,7 +348,8 @@ function modelParts(options: TinyGgufOptions) {
   const shape = shapeOf(options);
   const list = tensors(vocabularySize(options), shape, options.reranker ?? false);
   if (options.vocabulary === "bpe") leanTowards(list, shape, chatVocabulary(options.answers).leaning);
-  return { meta: metadata(options, shape), list, random: prng(options.seed ?? 0x11a3ad0c) };
+  const strings = Object.entries(options.strings ?? {}).map(([key, value]): [string, MetaValue] => [key, { type: T_STRING, value }]);
+  return { meta: [...metadata(options, shape), ...strings], list, random: prng(options.seed ?? 0x11a3ad0c) };
 }
 
 /**

@@ -1,3 +1,4 @@
+import { decisionMethod, systemOneMethod } from "../../decisions/capability.ts";
 import type { StoredModel } from "../../models/index.ts";
 import type { ProgressShape } from "../../models/index.ts";
 import type { PullEvent } from "../../models/pull/plan.ts";
@@ -53,6 +54,8 @@ export function capabilities(model: StoredModel): string[] {
   const template = gguf["tokenizer.chat_template"] ?? "";
   if (template.includes("tools")) found.push("tools");
   if (/think|reasoning/.test(template)) found.push("thinking");
+  // Answers /v1/decisions and /v1/systemone (see src/decisions/): the way is in /api/show's `decisions`.
+  if (decisionMethod(model)) found.push("decisions");
   return found;
 }
 
@@ -67,6 +70,7 @@ export function showAnswer(model: StoredModel, name: string): Record<string, unk
     details: details(model),
     model_info: info,
     capabilities: capabilities(model),
+    ...(decisionMethod(model) ? { decisions: decisionMethod(model), systemone: systemOneMethod(model) } : {}),
     modified_at: iso(model.created),
   };
 }

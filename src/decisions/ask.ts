@@ -1,0 +1,70 @@
+import { badRequest, HttpError } from "../http/errors.ts";
+import type { InferenceDeps } from "../inference/routes.ts";
+import { bothTimers } from "../inference/usage/meter.ts";
+import { LOCAL_CALLER } from "../keys/keyring.ts";
+import { modelNotFound } from "../models/errors.ts";
+import { resolveOr404 } from "../models/lookup.ts";
+import type { StoredModel } from "../models/index.ts";
+import { decisionMethod, isDecisionModel } from "./capability.ts";
+import { askEngine, type EngineAnswer } from "./engine.ts";
+import type { Answer, Ask } from "./core.ts";
+import { askAll, type Usage } from "./slots.ts";
+
+// A decision request as any inference request: its model found and admitted for the caller's key,
+// its runner leased in the caller's turn (loaded if need be), counted once in the usage ledger
+// and the latency figures with all of its questions' tokens. The questions: slots.ts.
+
+export type { Usage };
+export type Decided = { model: string; answers: Answer[]; usage: Usage; slots: number };
+
+/**
+ * The answers; or, given `native` (a System One body, as it came) and a decision model, the
+ * engine's own answer where its runner serves `/v1/systemone` (engine.ts).
+ */
+export async function askModel(deps: InferenceDeps, request: Request, requested: string, ask: Ask & { images: boolean }, native?: unknown): Promise<Decided | { engine: EngineAnswer }> {
+  const startedAt = performance.now();
+  const caller = deps.identify?.(request) ?? LOCAL_CALLER;
+  let name: string | undefined;
+  let ticket: ReturnType<NonNullable<InferenceDeps["meter"]>["admit"]> | undefined;
+  try {
+    const model = await resolveOr404(deps.store, requested);
+    if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
+    const named = (name = model.tags[0] ?? model.id);
+    if (!decisionMethod(model)) throw badRequest("model_cannot_decide", `model ${named} embeds or ranks and generates no text: decisions need a chat model`);
+    if (ask.images) throw imagesRefused(model, named);
+    ticket = deps.meter?.admit(caller, named);
+    const wish = { caller: caller.name, lane: "interactive" as const };
+    const acquire = (signal: AbortSignal) => deps.scheduler.acquire(model, "completion", signal, wish);
+    const first = await acquire(request.signal);
+    const timed = deps.metrics.timer(named, startedAt);
+    const timer = ticket ? bothTimers(timed, ticket.timer) : timed;
+    const key = deps.promptsPerKey ? caller.name : undefined;
+    if (native !== undefined && isDecisionModel(model)) {
+      const engine = await askEngine(first, native, { model: named, request, timeoutMs: deps.bounds.timeoutMs, key }).catch((error: unknown) => {
+        first.release();
+        throw error;
+      });
+      if (engine) {
+        first.release();
+        // Its usage (`input_tokens`, `output_tokens`) is what the ledger reads.
+        timer.end(engine.status < 400, JSON.stringify(engine.json));
+        return { engine };
+      }
+    }
+    const slots = deps.scheduler.runners().find((r) => r.modelId === model.id && r.mode === "completion" && r.state === "ready")?.slots ?? 1;
+    const { answers, usage, slots: used } = await askAll({ model: named, request, timeoutMs: deps.bounds.timeoutMs, slots, acquire, key }, first, ask);
+    // The ledger and the latency figures read llama-server's `timings` of an answer: those of all the questions.
+    timer.end(true, JSON.stringify({ timings: { cache_n: usage.cached, prompt_n: usage.input - usage.cached, predicted_n: usage.output } }));
+    // Answered under the name the client gave (as it names the model in its request), counted under the model's own.
+    return { model: requested, answers, usage, slots: used };
+  } catch (error) {
+    if (ticket) ticket.fail();
+    else deps.meter?.refused(caller, name);
+    throw error;
+  }
+}
+
+function imagesRefused(model: StoredModel, name: string): HttpError {
+  if (!model.mmprojPath) return badRequest("images_not_supported", `model ${name} has no projector for images: decisions about images need a model that reads them`);
+  return badRequest("images_not_supported", `decisions about images are not answered here yet (model ${name} reads images in chat completions)`);
+}
