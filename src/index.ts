@@ -4,6 +4,7 @@ import { bodyStalled } from "./http/body.ts";
 import { overloaded } from "./http/errors.ts";
 import { guard } from "./http/guard.ts";
 import { detectRuntime, type Listener } from "./runtime/index.ts";
+import { shutDown } from "./service.ts";
 
 // Entry point: config -> runtime adapter -> services -> listen; close cleanly on SIGINT/SIGTERM.
 
@@ -15,11 +16,7 @@ async function main(): Promise<void> {
   const services = await buildServices(config, runtime);
   runtime.onShutdownSignal(async (signal) => {
     console.log(`${signal} received: finishing in-flight requests`);
-    // Listeners stay open while draining: a request that still comes gets a 503 it can retry elsewhere.
-    const deadline = Date.now() + config.shutdownGraceMs;
-    await Promise.allSettled(services.map((s) => s.drain?.(config.shutdownGraceMs)));
-    await Promise.allSettled(listeners.map((l) => l.close(Math.max(0, deadline - Date.now()))));
-    await Promise.allSettled(services.map((s) => s.stop?.()));
+    await shutDown(services, config.shutdownGraceMs, (graceLeftMs) => Promise.allSettled(listeners.map((l) => l.close(graceLeftMs))));
     console.log("stopped");
     runtime.exit(0);
   });

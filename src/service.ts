@@ -19,3 +19,15 @@ export type Service = {
    */
   drain?: (graceMs: number) => Promise<void>;
 };
+
+/**
+ * A shutdown in its order: the services drain (listeners stay open: a request that still comes gets
+ * a 503 it can retry elsewhere), then the listeners close within what is left of the grace, then
+ * the services stop what they started.
+ */
+export async function shutDown(services: Service[], graceMs: number, closeListeners: (graceLeftMs: number) => Promise<unknown> = async () => {}): Promise<void> {
+  const deadline = Date.now() + graceMs;
+  await Promise.allSettled(services.map((s) => s.drain?.(graceMs)));
+  await closeListeners(Math.max(0, deadline - Date.now()));
+  await Promise.allSettled(services.map((s) => s.stop?.()));
+}
