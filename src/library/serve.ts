@@ -13,6 +13,8 @@ export type ServedModule = {
   port: number;
   /** Bun's: seconds a connection may stay silent; 0 leaves streams that wait long (a prompt being read) open. */
   idleTimeout: number;
+  /** Bun's: false, or a handler that throws would answer its stack to the caller as a page. */
+  development: false;
 };
 
 export async function servedByRuntime(service: LibraryService): Promise<ServedModule> {
@@ -25,5 +27,5 @@ export async function servedByRuntime(service: LibraryService): Promise<ServedMo
   });
   // Where the settings say it listens: Bun listens there; `deno serve` takes --host and --port instead.
   const tcp = service.targets.find((target) => target.kind === "tcp")!;
-  return { fetch: service.fetch, hostname: tcp.hostname, port: tcp.port, idleTimeout: 0 };
+  return { fetch: service.fetch, hostname: tcp.hostname, port: tcp.port, idleTimeout: 0, development: false };
 }
