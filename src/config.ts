@@ -3,9 +3,9 @@ import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { checkKeyEntries, KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
-import { DMR_NAMES, IN_HOME, inHome, list, settingNames, Settings, type SettingValues } from "./settings.ts";
+import { DMR_NAMES, envNames, IN_HOME, inHome, list, settingNames, Settings, type SettingValues } from "./settings.ts";
 
-export { DMR_NAMES, settingNames };
+export { DMR_NAMES, envNames, settingNames };
 
 // Configuration is read once at start from the environment and the command line, validated, and
 // handed to the wiring as one typed object. A property given on the command line as

@@ -208,8 +208,11 @@ export const DMR_NAMES: Record<string, keyof typeof Settings.shape> = {
   MODEL_RUNNER_HOST: "RUNNER_HOST",
 };
 
-/** Every env name the configuration reads (Deno's `--allow-env=` list needs them all). */
+/** Every setting's name: ours, and Docker Model Runner's for some of them. */
 export const settingNames = [...Object.keys(Settings.shape), ...Object.keys(DMR_NAMES)];
+
+/** Every env name the configuration reads: the settings, and HOME (see IN_HOME). Deno's `--allow-env=` list needs them all. */
+export const envNames = [...settingNames, "HOME"];
 
 export type SettingValues = z.infer<typeof Settings>;
 
