@@ -2,6 +2,7 @@
 // (listening, fetch over a Unix socket, spawning processes) lives behind this interface, so the
 // rest of src/ stays a set of pure fetch handlers that never touch Bun, Deno or Node globals.
 
+/** A service as the fetch standard has it: a Request in, a Response (or its promise) out. */
 export type FetchHandler = (request: Request) => Response | Promise<Response>;
 
 export type ListenTarget =
