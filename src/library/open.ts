@@ -38,13 +38,14 @@ export async function openService(name: "album" | "runner", options: ServiceOpti
   const unknown = Object.keys(settings).filter((key) => !settingNames.includes(key));
   if (unknown.length) throw new ConfigError(`unknown setting(s): ${unknown.join(", ")}`);
   const config = loadConfig({ ...options.env, ...settings, SERVICES: name }, []);
-  const [service] = await buildServices(config, await detectRuntime());
-  const tcp = service!.targets.find((target) => target.kind === "tcp")!;
+  // SERVICES is this one: one service comes back, with its TCP target first (src/app.ts).
+  const [service] = (await buildServices(config, await detectRuntime())) as [Service];
+  const [tcp] = service.targets;
   return {
     drain: async () => {},
     stop: async () => {},
-    ...service!,
+    ...service,
     config,
-    fetch: guard(service!.handler, tcp, service!.policy),
+    fetch: guard(service.handler, tcp!, service.policy),
   };
 }
