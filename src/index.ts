@@ -1,10 +1,8 @@
 import { buildServices } from "./app.ts";
 import { ConfigError, loadConfig } from "./config.ts";
-import { bodyStalled } from "./http/body.ts";
-import { overloaded } from "./http/errors.ts";
 import { guard } from "./http/guard.ts";
 import { detectRuntime, type Listener } from "./runtime/index.ts";
-import { shutDown } from "./service.ts";
+import { serveOptions, shutDown } from "./service.ts";
 
 // Entry point: config -> runtime adapter -> services -> listen; close cleanly on SIGINT/SIGTERM.
 
@@ -22,7 +20,7 @@ async function main(): Promise<void> {
   });
   for (const service of services) {
     for (const target of service.targets) {
-      const listener = await runtime.serve(guard(service.handler, target, service.policy), target, { ...config.http, overloaded, stalledBody: bodyStalled });
+      const listener = await runtime.serve(guard(service.handler, target, service.policy), target, serveOptions(config));
       listeners.push(listener);
       console.log(`${service.name} service listening on ${listener.address} (${runtime.name} ${runtime.version})`);
     }

@@ -1,5 +1,8 @@
+import type { Config } from "./config.ts";
+import { bodyStalled } from "./http/body.ts";
+import { overloaded } from "./http/errors.ts";
 import type { GuardPolicy } from "./http/guard.ts";
-import type { FetchHandler, ListenTarget } from "./runtime/types.ts";
+import type { FetchHandler, ListenTarget, ServeOptions } from "./runtime/types.ts";
 
 // What the entry point serves: a service's routes, where they listen, who may call, and how the
 // service drains and stops. app.ts builds them; each service's wiring returns one.
@@ -31,3 +34,6 @@ export async function shutDown(services: Service[], graceMs: number, closeListen
   await closeListeners(Math.max(0, deadline - Date.now()));
   await Promise.allSettled(services.map((s) => s.stop?.()));
 }
+
+/** How a server of ours serves: the configured limits, and our answers to what they turn away. */
+export const serveOptions = (config: Config): ServeOptions => ({ ...config.http, overloaded, stalledBody: bodyStalled });

@@ -81,6 +81,12 @@ export interface Runtime {
   readonly name: "bun" | "deno" | "node";
   readonly version: string;
   serve(handler: FetchHandler, target: ListenTarget, options: ServeOptions): Promise<Listener>;
+  /**
+   * Where the runtime serves a module's default export itself (`bun <module>` reads Bun.serve's
+   * options from it): those options, serving `handler` with the limits `serve` gives a listener.
+   * Absent where the runtime's own server takes nothing but `fetch` (`deno serve`).
+   */
+  readonly ownServerOptions?: (handler: FetchHandler, options: ServeOptions) => { fetch: (...args: never[]) => Response | Promise<Response> } & Record<string, unknown>;
   /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
   unixFetch(socketPath: string): typeof fetch;
   /**

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,6 +9,7 @@ import { ask } from "../support/http.ts";
 import { pushModel, startRegistry, type Registry } from "../support/registry.ts";
 import { projectRoot, runtimeBinary, watch, type ServerProcess } from "../support/server-process.ts";
 import { tinyLlamaGguf } from "../support/tiny-gguf.ts";
+import { until } from "../support/until.ts";
 
 // The default-export modules from a checkout, served by the runtime's own server as docs/library.md
 // says: `bun <module>` and `deno serve <module>`. The album answers from the photo service behind
@@ -79,6 +81,25 @@ describe("the default-export modules served by the runtime's own server", () => 
         expect(await server.stop(10_000)).toBe(0);
       }
     });
+
+    if (way.runtime === "bun") {
+      it("the album under bun keeps the standalone server's cap: past HTTP_MAX_CONNECTIONS requests in flight, 503", async () => {
+        const calls: [IncomingMessage, ServerResponse][] = [];
+        photos.answerWith((request, response) => void calls.push([request, response]));
+        const { server, url } = await serve(way, "src/library/album-serve.ts", [], { PHOTOS_API_BASE_URL: photos.url, ALBUM_PORT: "0", HTTP_MAX_CONNECTIONS: "2" });
+        try {
+          const held = [1, 2].map((id) => ask({ url }, "GET", `/api/albums/${id}`));
+          await until(() => calls.length === 2, "the two held requests to reach the photo service");
+          const extra = await ask({ url }, "GET", "/api/albums/3");
+          expect([extra.status, extra.json().error.code]).toEqual([503, "too_many_connections"]);
+          for (const [request, response] of calls) albumOf(1)(request, response);
+          expect((await Promise.all(held)).map((answer) => answer.status)).toEqual([200, 200]);
+        } finally {
+          photos.answerWith(albumOf(3));
+          expect(await server.stop(10_000)).toBe(0);
+        }
+      });
+    }
 
     it(`the model runner under ${way.name}: a pull, a completion by a llama-server runner, then SIGTERM stops the runner`, async () => {
       const dir = await mkdtemp(join(tmpdir(), "llamadock-module-"));
