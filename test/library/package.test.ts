@@ -186,7 +186,7 @@ describe("the package, installed from its tarball", () => {
     ["bun", "album", ["album.ts"], { ALBUM_PORT: "0" }],
     ["deno", "album", ["serve", "--allow-net", "--allow-env", "--port", "0", "album.ts"], {}],
     ["bun", "runner", ["runner.ts"], { RUNNER_PORT: "0" }],
-    ["deno", "runner", ["serve", "--allow-all", "--port", "0", "runner.ts"], {}],
+    ["deno", "runner", ["serve", "--allow-all", "--unstable-no-legacy-abort", "--port", "0", "runner.ts"], {}],
   ];
   for (const [runtime, service, args, env] of modules) {
     it(`the ${service} module served by ${runtime === "bun" ? "bun" : "deno serve"}: the standalone server's answers${service === "runner" ? ", drained and stopped on SIGTERM" : ""}`, async () => {
