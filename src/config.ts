@@ -3,9 +3,9 @@ import * as z from "zod";
 import { DEFAULT_ORIGINS, isLoopback } from "./http/guard.ts";
 import { checkKeyEntries, KeyFileError, readKeyFile, unnamed, type KeyEntry } from "./keys/keyring.ts";
 import { HEALTH_PATHS } from "./pod/health.ts";
-import { DMR_NAMES, list, settingNames, Settings, type SettingValues } from "./settings.ts";
+import { DMR_NAMES, envNames, IN_HOME, inHome, list, settingNames, Settings, type SettingValues } from "./settings.ts";
 
-export { DMR_NAMES, settingNames };
+export { DMR_NAMES, envNames, settingNames };
 
 // Configuration is read once at start from the environment and the command line, validated, and
 // handed to the wiring as one typed object. A property given on the command line as
@@ -123,7 +123,17 @@ function argvSettings(argv: string[]): Record<string, string> {
   return out;
 }
 
-export function loadConfig(env: Record<string, string | undefined>, argv: string[]): Config {
+/**
+ * The configuration from an environment and a command line, checked: every setting of
+ * docs/configuration.md by its env name, or on the command line as `--photos.api.base-url=URL`
+ * (which wins). Names the environment has that are not settings are ignored; unknown properties on
+ * the command line are refused. Reads the files it names (`API_KEYS_FILE`), nothing else.
+ *
+ * @param env e.g. `process.env`
+ * @param argv e.g. `process.argv.slice(2)`
+ * @throws ConfigError naming each invalid setting
+ */
+export function loadConfig(env: Record<string, string | undefined>, argv: string[] = []): Config {
   const fromArgv = argvSettings(argv);
   const unknown = Object.keys(fromArgv).filter((key) => !settingNames.includes(key));
   if (unknown.length) throw new ConfigError(`unknown setting(s): ${unknown.join(", ")}`);
@@ -144,6 +154,7 @@ export function loadConfig(env: Record<string, string | undefined>, argv: string
     }
     merged[ours] = value;
   }
+  if (env.HOME) for (const key of Object.keys(IN_HOME) as (keyof typeof IN_HOME)[]) merged[key] ??= inHome(key, env.HOME);
   const parsed = Settings.safeParse(merged);
   if (!parsed.success) throw new ConfigError(`invalid configuration:\n${z.prettifyError(parsed.error)}`);
   const config = toConfig(parsed.data);

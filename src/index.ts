@@ -1,9 +1,8 @@
 import { buildServices } from "./app.ts";
 import { ConfigError, loadConfig } from "./config.ts";
-import { bodyStalled } from "./http/body.ts";
-import { overloaded } from "./http/errors.ts";
 import { guard } from "./http/guard.ts";
 import { detectRuntime, type Listener } from "./runtime/index.ts";
+import { serveOptions, shutDown } from "./service.ts";
 
 // Entry point: config -> runtime adapter -> services -> listen; close cleanly on SIGINT/SIGTERM.
 
@@ -15,17 +14,13 @@ async function main(): Promise<void> {
   const services = await buildServices(config, runtime);
   runtime.onShutdownSignal(async (signal) => {
     console.log(`${signal} received: finishing in-flight requests`);
-    // Listeners stay open while draining: a request that still comes gets a 503 it can retry elsewhere.
-    const deadline = Date.now() + config.shutdownGraceMs;
-    await Promise.allSettled(services.map((s) => s.drain?.(config.shutdownGraceMs)));
-    await Promise.allSettled(listeners.map((l) => l.close(Math.max(0, deadline - Date.now()))));
-    await Promise.allSettled(services.map((s) => s.stop?.()));
+    await shutDown(services, config.shutdownGraceMs, (graceLeftMs) => Promise.allSettled(listeners.map((l) => l.close(graceLeftMs))));
     console.log("stopped");
     runtime.exit(0);
   });
   for (const service of services) {
     for (const target of service.targets) {
-      const listener = await runtime.serve(guard(service.handler, target, service.policy), target, { ...config.http, overloaded, stalledBody: bodyStalled });
+      const listener = await runtime.serve(guard(service.handler, target, service.policy), target, serveOptions(config));
       listeners.push(listener);
       console.log(`${service.name} service listening on ${listener.address} (${runtime.name} ${runtime.version})`);
     }

@@ -21,6 +21,21 @@ const size = (fallback: string) =>
 
 const MIB = 1024 * 1024;
 
+/**
+ * The settings whose default is a file or folder in ~/.llamadock, and its name there. The home folder
+ * is the environment's HOME where loadConfig is given one (as the system's own lookup does on Unix),
+ * else the system's: so reading the album's settings asks the system nothing (Deno without --allow-sys).
+ */
+export const IN_HOME = {
+  RUNNER_SOCKET: "model-runner.sock",
+  MODELS_PATH: "models",
+  INFERENCE_RUNTIME_DIR: "run",
+  INFERENCE_LOG_DIR: "logs",
+  INFERENCE_SETTINGS_PATH: "engine-settings.json",
+} as const;
+
+export const inHome = (setting: keyof typeof IN_HOME, home = homedir()) => join(home, ".llamadock", IN_HOME[setting]);
+
 const hostList = z.string().transform((value) => value.split(",").map((s) => s.trim().toLowerCase()).filter(Boolean));
 
 const credentialList = z.string().transform((value, context) => {
@@ -36,6 +51,8 @@ const credentialList = z.string().transform((value, context) => {
   return out;
 });
 
+// Defaults that ask the machine (its home folder, its cores) are functions, run when a configuration
+// is read: importing this module (the library's entries do) reads nothing.
 export const Settings = z.object({
   SERVICES: z.string().default("album,runner").transform((value) => list(value))
     .pipe(z.array(z.enum(["album", "runner"])).min(1)),
@@ -50,7 +67,7 @@ export const Settings = z.object({
   RUNNER_HOST: z.string().min(1).default("127.0.0.1"),
   RUNNER_PORT: port.default(12434),
   // `none` turns the Unix socket off.
-  RUNNER_SOCKET: z.string().default(join(homedir(), ".llamadock", "model-runner.sock")),
+  RUNNER_SOCKET: z.string().default(() => inHome("RUNNER_SOCKET")),
   SHUTDOWN_GRACE_MS: z.coerce.number().int().nonnegative().default(10_000),
   // Slow and numerous clients: time for a request's headers, the silence a request body may keep
   // (no total: a model archive may take hours), connections (Node) or requests in flight (Bun,
@@ -93,7 +110,7 @@ export const Settings = z.object({
   // Media by http(s) URL in a request (image_url...): off, so a request cannot make the host fetch.
   ALLOW_REMOTE_MEDIA: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
   // Model management: the store, the registry of names without one, Hugging Face.
-  MODELS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "models")),
+  MODELS_PATH: z.string().min(1).default(() => inHome("MODELS_PATH")),
   // How long a process sharing the store may leave one of its locks untouched before another
   // judges it gone and takes the lock over (it touches them every fifteenth of this).
   STORE_LOCK_STALE_MS: z.coerce.number().int().min(1_000).default(30_000),
@@ -113,7 +130,7 @@ export const Settings = z.object({
   PULL_PARTS: z.coerce.number().int().min(1).max(64).default(8),
   PULL_PART_MIN_BYTES: z.coerce.number().int().min(1 << 16).default(16 << 20),
   // Inference: llama-server runners and how requests are scheduled on them.
-  INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(Math.min(availableParallelism(), 8)),
+  INFERENCE_MAX_RUNNERS: z.coerce.number().int().min(1).default(() => Math.min(availableParallelism(), 8)),
   INFERENCE_SLOTS: z.coerce.number().int().min(1).max(64).default(4),
   INFERENCE_QUEUE_DEPTH: z.coerce.number().int().nonnegative().default(64),
   // Of those waiting, how many are handed to llama-server at once to wait in its own queue: a slot
@@ -144,13 +161,13 @@ export const Settings = z.object({
   INFERENCE_MAX_TOKENS: z.coerce.number().int().min(1).default(32_768),
   INFERENCE_CLIENT_STALL_TIMEOUT_MS: z.coerce.number().int().min(100).default(60_000),
   // Runner sockets and pid files (a socket path may hold at most 107 bytes: keep it short).
-  INFERENCE_RUNTIME_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "run")),
-  INFERENCE_LOG_DIR: z.string().min(1).default(join(homedir(), ".llamadock", "logs")),
+  INFERENCE_RUNTIME_DIR: z.string().min(1).default(() => inHome("INFERENCE_RUNTIME_DIR")),
+  INFERENCE_LOG_DIR: z.string().min(1).default(() => inHome("INFERENCE_LOG_DIR")),
   // Runner logs kept there (every load writes one): the oldest go as runners start; a live runner's stays.
   INFERENCE_LOGS_KEPT: z.coerce.number().int().min(1).default(20),
   // One reading of the runners' figures serves every /metrics scrape for this long (0: none kept).
   INFERENCE_METRICS_CACHE_MS: z.coerce.number().int().min(0).max(60_000).default(1_000),
-  INFERENCE_SETTINGS_PATH: z.string().min(1).default(join(homedir(), ".llamadock", "engine-settings.json")),
+  INFERENCE_SETTINGS_PATH: z.string().min(1).default(() => inHome("INFERENCE_SETTINGS_PATH")),
   // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
   // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.
   PINNED_MODELS: z.string().default("").transform(list),
@@ -191,10 +208,16 @@ export const DMR_NAMES: Record<string, keyof typeof Settings.shape> = {
   MODEL_RUNNER_HOST: "RUNNER_HOST",
 };
 
-/** Every env name the configuration reads (Deno's `--allow-env=` list needs them all). */
+/** Every setting's name: ours, and Docker Model Runner's for some of them. */
 export const settingNames = [...Object.keys(Settings.shape), ...Object.keys(DMR_NAMES)];
 
+/** Every env name the configuration reads: the settings, and HOME (see IN_HOME). Deno's `--allow-env=` list needs them all. */
+export const envNames = [...settingNames, "HOME"];
+
 export type SettingValues = z.infer<typeof Settings>;
+
+/** A setting's name, as in the environment and docs/configuration.md. */
+export type SettingName = keyof typeof Settings.shape;
 
 export function list(value: string | undefined): string[] {
   return (value ?? "").split(",").map((s) => s.trim()).filter(Boolean);

@@ -5,8 +5,11 @@ import { watchBody } from "./bun-body.ts";
 import { keepAliveUpstreamFetch } from "./undici-fetch.ts";
 import { endedStream, type ChildExit, type ChildProcess, type FetchHandler, type ListenTarget, type Listener, type Runtime, type ServeOptions, type SpawnOptions } from "./types.ts";
 
-async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeOptions): Promise<Listener> {
-  if (target.kind === "unix") await clearStaleSocket(target.path);
+/**
+ * What Bun.serve takes to serve `handler` with our limits: the standalone server's listeners, and a
+ * module's default export served by `bun <module>` (Bun reads its options from that object).
+ */
+function serverOptions(handler: FetchHandler, limits: ServeOptions) {
   const max = limits.maxConnections;
   const deadline = { idleMs: limits.bodyIdleTimeoutMs, stalled: limits.stalledBody };
   // Bun's idle timer, in whole seconds and at most 255.
@@ -16,7 +19,7 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
   // for long during a long prompt. A request with a body keeps it, at the body's deadline, until
   // the body is read whole or watched by our own clock (bun-body.ts): one nobody reads is cut by
   // Bun if it goes silent. Once one stalls, Bun's timer is back to close its connection after the answer.
-  const options = {
+  return {
     idleTimeout: Math.max(1, Math.ceil(limits.headersTimeoutMs / 1000)),
     // Bun's own cap (128 MiB) answered a model archive (POST /models/load) 413 with no body. Each
     // route bounds what it reads itself (see src/http/body.ts); a model is as large as it is.
@@ -41,6 +44,11 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
       return handler(served);
     },
   };
+}
+
+async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeOptions): Promise<Listener> {
+  if (target.kind === "unix") await clearStaleSocket(target.path);
+  const options = serverOptions(handler, limits);
   const server =
     target.kind === "tcp"
       ? Bun.serve({ port: target.port, hostname: target.hostname, ...options })
@@ -98,6 +106,7 @@ export const bunRuntime: Runtime = {
   name: "bun",
   version: Bun.version,
   serve,
+  ownServerOptions: serverOptions,
   unixFetch,
   // undici, not Bun's fetch: that resends a request on a reset reused connection (undici-fetch.ts).
   get upstreamFetch() {

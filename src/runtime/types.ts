@@ -2,6 +2,7 @@
 // (listening, fetch over a Unix socket, spawning processes) lives behind this interface, so the
 // rest of src/ stays a set of pure fetch handlers that never touch Bun, Deno or Node globals.
 
+/** A service as the fetch standard has it: a Request in, a Response (or its promise) out. */
 export type FetchHandler = (request: Request) => Response | Promise<Response>;
 
 export type ListenTarget =
@@ -80,6 +81,12 @@ export interface Runtime {
   readonly name: "bun" | "deno" | "node";
   readonly version: string;
   serve(handler: FetchHandler, target: ListenTarget, options: ServeOptions): Promise<Listener>;
+  /**
+   * Where the runtime serves a module's default export itself (`bun <module>` reads Bun.serve's
+   * options from it): those options, serving `handler` with the limits `serve` gives a listener.
+   * Absent where the runtime's own server takes nothing but `fetch` (`deno serve`).
+   */
+  readonly ownServerOptions?: (handler: FetchHandler, options: ServeOptions) => { fetch: (...args: never[]) => Response | Promise<Response> } & Record<string, unknown>;
   /** A fetch whose connections all go to the given Unix socket, with no body or header timeouts. */
   unixFetch(socketPath: string): typeof fetch;
   /**

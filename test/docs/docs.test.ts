@@ -105,3 +105,18 @@ describe("links between the docs", () => {
     expect([...anchors]).toEqual(["the-llamadock-command", "what-was-checked-and-what-was-not", "limits", "limits-1"]);
   });
 });
+
+describe("code blocks that name a test file of the project", () => {
+  /** Blocks fenced as ```ts test/x.test.ts: the page shows that file, which the suite runs. */
+  const shown = pages.flatMap((page) =>
+    [...readFileSync(page, "utf8").matchAll(/^```\w+ (test\/\S+)\n([\s\S]*?)^```$/gm)].map((m) => ({ page: relative(root, page), file: m[1]!, code: m[2]! })),
+  );
+
+  it("are found (docs/design.md shows a test by fetch)", () => {
+    expect(shown.map((s) => `${s.page} -> ${s.file}`)).toContain("docs/design.md -> test/library/by-fetch.test.ts");
+  });
+
+  it("show the file as it is, so the example runs with the suite and cannot drift from it", () => {
+    for (const { file, code } of shown) expect(code, file).toBe(readFileSync(join(root, file), "utf8"));
+  });
+});

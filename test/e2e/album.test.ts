@@ -5,7 +5,7 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { settingNames } from "../../src/config.ts";
+import { envNames } from "../../src/config.ts";
 import { UNDICI_ENV_NAMES } from "../../src/runtime/undici-fetch.ts";
 import { parseExact } from "../album/harness.ts";
 import { albumOf, json, photosJson, startPhotoService, type Answer, type PhotoService } from "../album/photo-service.ts";
@@ -19,12 +19,13 @@ const runtimes: RuntimeName[] = ["bun", "deno", "node"];
 
 /**
  * The narrowest Deno permissions the album service runs with: loopback only, the env names the
- * configuration and undici (the photo service's client) read, the home folder's path (the default socket path of the model runner is
- * derived from it), and with a Unix socket: read of the socket file, write in its folder.
+ * configuration reads (HOME among them: the home folder is read there, not asked of the system) and
+ * undici (the photo service's client) reads, and with a Unix socket: read of the socket file, write
+ * in its folder.
  */
 function denoFlags(socketPath?: string): string[] {
   const net = socketPath ? `127.0.0.1,unix:${socketPath}` : "127.0.0.1";
-  const flags = [`--allow-net=${net}`, `--allow-env=${[...settingNames, ...UNDICI_ENV_NAMES].join(",")}`, "--allow-sys=homedir"];
+  const flags = [`--allow-net=${net}`, `--allow-env=${[...envNames, ...UNDICI_ENV_NAMES].join(",")}`];
   // Write on the socket's folder: the adapter makes sure the folder exists before it listens.
   if (socketPath) flags.push(`--allow-read=${socketPath}`, `--allow-write=${dirname(socketPath)}`);
   return [...flags, "--unstable-no-legacy-abort"];
