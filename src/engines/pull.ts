@@ -40,6 +40,9 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
     if ((error as { code?: string }).code === "unsupported_artifact") throw unsupportedArtifact(`${reference.key} is not an OCI image manifest (an image index or Docker's own manifest are not taken: pull by the digest of one platform's manifest)`);
     throw error;
   });
+  // The same build under another name: kept once, under the name it came with first.
+  const known = (await deps.store.list()).find((r) => r.digest === manifest.digest);
+  if (known) return known;
   const size = manifest.layers.reduce((sum, l) => sum + l.size, 0);
   if (size > ENGINE_MAX_BYTES) throw unsupportedArtifact(`${reference.key} holds ${size} bytes, more than an engine may (${ENGINE_MAX_BYTES})`);
   const unknown = manifest.layers.find((l) => !LAYER_TYPES.includes(l.mediaType));

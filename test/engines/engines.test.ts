@@ -1,10 +1,11 @@
-import { readdir } from "node:fs/promises";
+import { mkdir, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
 import { ask, openStream } from "../support/http.ts";
 import { until } from "../support/until.ts";
 import { needingNewGlibc, publishBuild, tamperBlob } from "../support/engine-builds.ts";
+import { llamadock } from "../cli/command.ts";
 
 // Engines end to end: llama.cpp builds published to a real registry (the setup's llama-server, and
 // the same binary behind wrappers that play other releases), pulled by the server, chosen per model
@@ -135,7 +136,8 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
   });
 
   it("refuses a tampered layer and a build needing a newer glibc, keeping nothing of them", async () => {
-    const tampered = await publishBuild(stack.registry, "as-built", "tampered");
+    // A build of its own (a file more), so that no build already pulled shares its digest.
+    const tampered = await publishBuild(stack.registry, "as-built", "tampered", (folder) => writeFile(join(folder, "NOTES"), "tampered"));
     await tamperBlob(stack.registry, tampered.layer.digest);
     const refusedTamper = await http.ask("POST", "/engines/builds", { reference: tampered.reference });
     expect(refusedTamper.status).toBe(502);
@@ -148,6 +150,41 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect(builds.map((b) => b.name)).toEqual(["builtin", "v1", "v2"]);
     const folders = await readdir(join(stack.dir, "models", "engines"));
     expect(folders.filter((f) => f.startsWith(".incoming"))).toEqual([]);
+  });
+
+  it("lists, pulls, chooses and removes builds with the command, keeps one build pulled under two names once, and serves DMR's backend calls", async () => {
+    const cli = (...args: string[]) => llamadock(["--host", stack.url, ...args], {});
+    const ls = await cli("engine", "ls");
+    expect(ls.code, ls.stderr).toBe(0);
+    expect(ls.stdout).toMatch(/^ {2}NAME\s+VERSION\s+VARIANT\s+DIGEST\s+SIZE\s+RUNNERS\s+PULLED\s+REFERENCE\n {2}builtin\s+0\.5\.0-dev .*\n\* v1\s+0\.5\.0-dev .*\n {2}v2\s+0\.4\.9-renamed /);
+    // The setup's build published again under another tag is the same digest: nothing new is kept.
+    const again = await publishBuild(stack.registry, "as-built", "v1-again");
+    const pulled = await cli("engine", "pull", again.reference);
+    expect(pulled.stdout).toMatch(/^Pulled v1: llama-server 0\.5\.0-dev/);
+    const used = await cli("engine", "use", "builtin");
+    expect(used.stdout).toMatch(/^Default engine: builtin \(0\.5\.0-dev .*\); 1 loaded runner moving/);
+    await until(async () => (await http.ps()).filter((r) => r.model_name === "ai/other:latest").map((r) => `${r.engine} ${r.state}`).join() === "builtin ready", "ai/other back on builtin alone");
+    const removed = await cli("engine", "rm", "v1");
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(removed.stdout).toMatch(/^Removed v1 \(sha256:/);
+    // DMR's shapes: install pulls and makes the default; uninstall of the default is refused.
+    const installed = await http.ask("POST", "/engines/install-backend", { backend: "llama.cpp", reference: refs.v1! });
+    expect(installed.status, installed.body).toBe(200);
+    expect(installed.json()).toMatchObject({ backend: "llama.cpp", installed: "v1" });
+    const uninstall = await http.ask("POST", "/engines/uninstall-backend", { backend: "llama.cpp", version: "v1" });
+    expect(uninstall.status).toBe(409);
+    expect((await http.ask("POST", "/engines/install-backend", { backend: "vllm" })).status).toBe(400);
+  });
+
+  it("purges a pull left unfinished, counting its bytes", async () => {
+    const leftover = join(stack.dir, "models", "engines", ".incoming-left");
+    await mkdir(leftover, { recursive: true });
+    await writeFile(join(leftover, "layer-0"), new Uint8Array(100_000));
+    const purged = await http.ask("DELETE", "/models/purge?unused=true&older-than=0");
+    expect(purged.status, purged.body).toBe(200);
+    expect(purged.json()).toMatchObject({ engines_removed: [], removed_files: expect.any(Number) });
+    expect(purged.json().freed_bytes).toBeGreaterThanOrEqual(100_000);
+    expect((await readdir(join(stack.dir, "models", "engines"))).filter((f) => f.startsWith(".incoming"))).toEqual([]);
   });
 });
 
