@@ -9,7 +9,7 @@ import { openRepository, type Descriptor, type RegistryOptions } from "../models
 import type { Runtime } from "../runtime/types.ts";
 import { badRequest } from "../http/errors.ts";
 import { glibcRefusal, hostGlibc, neededGlibc } from "./glibc.ts";
-import { locate } from "./layout.ts";
+import { hostArch, locate } from "./layout.ts";
 import type { EngineRecord, EngineStore } from "./store.ts";
 import { LAYER_TYPES, markExecutable, unpackLayer, type Modes } from "./unpack.ts";
 
@@ -35,11 +35,8 @@ export type PullDeps = {
 export async function pullEngine(input: string, deps: PullDeps, signal: AbortSignal): Promise<EngineRecord> {
   const reference = parseReference(input, deps.defaultRegistry ? { defaultRegistry: deps.defaultRegistry } : {});
   const repository = openRepository(reference, deps.registry);
-  const manifest = await repository.manifest(signal).catch((error: unknown) => {
-    // The client speaks of models: an engine image that is no OCI image manifest is said so here.
-    if ((error as { code?: string }).code === "unsupported_artifact") throw unsupportedArtifact(`${reference.key} is not an OCI image manifest (an image index or Docker's own manifest are not taken: pull by the digest of one platform's manifest)`);
-    throw error;
-  });
+  // Of an image for several platforms, this host's (Linux, its architecture).
+  const manifest = await repository.manifest(signal, { os: "linux", architecture: hostArch() });
   // The same build under another name: kept once, under the name it came with first.
   const known = (await deps.store.list()).find((r) => r.digest === manifest.digest);
   if (known) return known;

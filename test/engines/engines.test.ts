@@ -65,6 +65,20 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect(folders.filter((f) => f.startsWith(".incoming"))).toEqual([]);
   });
 
+  it("follows an image index to this host's platform", async () => {
+    const manifest = await fetch(`${stack.registry.url}/v2/llamadock/llama-server/manifests/v2`, { headers: { accept: "application/vnd.oci.image.manifest.v1+json" } });
+    const bytes = new Uint8Array(await manifest.arrayBuffer());
+    const digest = manifest.headers.get("docker-content-digest")!;
+    const entry = (architecture: string) => ({ mediaType: "application/vnd.oci.image.manifest.v1+json", digest, size: bytes.byteLength, platform: { os: "linux", architecture } });
+    const index = { schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: [entry("s390x"), entry(process.arch === "arm64" ? "arm64" : "amd64")] };
+    const put = await fetch(`${stack.registry.url}/v2/llamadock/llama-server/manifests/multi`, { method: "PUT", headers: { "content-type": index.mediaType }, body: JSON.stringify(index) });
+    expect(put.status).toBe(201);
+    const pulled = await http.ask("POST", "/engines/builds", { reference: refs.v2!.replace(/:v2$/, ":multi") });
+    expect(pulled.status, pulled.body).toBe(201);
+    // The platform's manifest is v2's: the build already there.
+    expect(pulled.json()).toMatchObject({ name: "v2", digest });
+  });
+
   it("launches a model on the build its settings name, and says which in ps and status", async () => {
     expect((await http.configure({ model: "ai/tiny", engine: "v1", "runtime-flags": ["--context-shift"] })).status).toBe(202);
     const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"));
@@ -191,7 +205,7 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
 describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
   let stack: Stack;
   beforeAll(async () => {
-    stack = await startStack({ runtime, models: ["ai/tiny"] });
+    stack = await startStack({ runtime, models: ["ai/tiny", "ai/other"] });
   }, 120_000);
   afterAll(async () => {
     await stack?.stop();
@@ -209,5 +223,18 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     await until(async () => (await http.ps()).some((r) => r.engine === "v1" && r.state === "ready"), "the move to v1");
     await until(async () => (await http.ps()).length === 1, "the old runner to go");
     expect(await stack.runnerLogs()).toMatch(/\(v1\): .*-cms 4096/);
+  });
+
+  it("takes the default from DMR's LLAMA_SERVER_VERSION, pulling a build not yet there when first needed", async () => {
+    const http = api(stack);
+    const v3 = await publishBuild(stack.registry, "as-built", "v3", (folder) => writeFile(join(folder, "NOTES"), "v3"));
+    await stack.restart({ LLAMA_SERVER_VERSION: v3.reference });
+    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"));
+    expect(answer.status, answer.body).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "v3" });
+    expect((await http.ask("GET", "/engines/status")).json()["llama.cpp"]).toMatch(/^Running: llama\.cpp 0\.5\.0-dev .* \(engine v3\)$/);
+    // A model that names its own build keeps it.
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v1" });
   });
 });
