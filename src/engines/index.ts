@@ -82,8 +82,14 @@ export function createEngines(deps: EnginesDeps) {
     pull,
     build,
     defaultName,
-    /** The build a model's runners launch on now. */
-    forModel: async (settings: Pick<ModelSettings, "engine">) => build(settings.engine ?? (await defaultName())),
+    /**
+     * The build a model's runners launch on now. The builtin one not found: undefined, so the
+     * supervisor says why, as it did before engines could be chosen.
+     */
+    async forModel(settings: Pick<ModelSettings, "engine">): Promise<EngineBuild | undefined> {
+      const name = settings.engine ?? (await defaultName());
+      return name === BUILTIN ? builtin().catch(() => undefined) : build(name);
+    },
     /** Makes `name` the default (undefined: back to the configured one); the caller moves the runners. */
     async use(name: string | undefined): Promise<EngineBuild> {
       const chosen = await build(name ?? deps.config.default ?? BUILTIN);

@@ -106,19 +106,20 @@ export function createInference(
       settings,
       metrics,
       runnerFiguresMs: config.metricsCacheMs,
+      // The default build's; the builtin one not found: why, as before.
       engineVersion: async () => {
-        const build = await engines.forModel({});
-        return build.name === "builtin" ? build.version : `${build.version} (engine ${build.name})`;
+        const build = (await engines.forModel({})) ?? (await launcher.binary());
+        return "name" in build && build.name !== "builtin" ? `${build.version} (engine ${build.name})` : build.version;
       },
       checkSettings: async (modelSettings) => {
         const build = await engines.forModel(modelSettings);
-        const why = settingsRefusal(build, modelSettings);
+        const why = build && settingsRefusal(build, modelSettings);
         if (why) throw badRequest("unsupported_by_engine", why);
       },
       moveToEngine: (model) => moveRunners((id) => id === model.id),
       diskUsage: () => diskUsage(store, launcher.binary, engines.store),
     }),
-    ...engineBuildRoutes({ engines, scheduler, store, settings }),
+    ...engineBuildRoutes({ engines, scheduler, store, settings, identify: identify ?? (() => LOCAL_CALLER) }),
     ...fitRoutes({ store, scheduler }),
   ];
   const stop = async () => {

@@ -237,4 +237,15 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
     expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v1" });
   });
+
+  it("lets only an admin key pull, choose or remove builds; any key lists them", async () => {
+    await stack.restart({ API_KEYS: "plain-key" });
+    const as = (method: string, path: string, body?: object) => ask({ url: stack.url }, method, path, body, { authorization: "Bearer plain-key" });
+    expect((await as("GET", "/engines/builds")).status).toBe(200);
+    for (const [method, path, body] of [["POST", "/engines/builds", { reference: "llamadock/llama-server:v1" }], ["POST", "/engines/builds/default", { name: "v1" }], ["DELETE", "/engines/builds/v1", undefined]] as const) {
+      const refused = await as(method, path, body);
+      expect(refused.status, path).toBe(403);
+      expect(refused.json().error).toMatchObject({ type: "permission_error", code: "admin_only" });
+    }
+  });
 });
