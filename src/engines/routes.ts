@@ -7,7 +7,6 @@ import type { IRequest } from "itty-router";
 import type { ModelStore } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { SettingsStore } from "../scheduler/settings.ts";
-import type { ModelRef } from "../scheduler/types.ts";
 import { BUILTIN, type Engines } from "./index.ts";
 import { checkName, type EngineRecord } from "./store.ts";
 import { officialImage, hasGpu } from "./layout.ts";
@@ -144,7 +143,7 @@ export function runnerMover(deps: Pick<EngineRouteDeps, "engines" | "scheduler" 
   async function moveOne(modelId: string, mode: Parameters<Scheduler["upgrade"]>[1], name: string): Promise<void> {
     const model = await deps.store.resolve(modelId);
     if (!model) return;
-    const outcome = await scheduler.upgrade(model as ModelRef, mode).catch((error: Error) => ({ kind: "failed" as const, why: error.message, to: undefined, from: undefined }));
+    const outcome = await scheduler.upgrade(model, mode).catch((error: Error) => ({ kind: "failed" as const, why: error.message, to: undefined, from: undefined }));
     const engine = outcome.to ?? "?";
     if (outcome.kind === "upgraded") engines.events.add({ kind: "upgraded", engine, model: name, message: `${mode} runner moved from ${outcome.from} to ${outcome.to}; the old one finishes its requests, then stops` });
     if (outcome.kind === "when-idle") engines.events.add({ kind: "retire_when_idle", engine, model: name, message: `no room for a second ${mode} runner: the one on ${outcome.from} retires when idle, the next load uses ${outcome.to}` });

@@ -269,7 +269,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     async memory() {
       const budget = (await deps.memory?.())?.budget;
       if (!budget) return undefined;
-      const used = (part: (m: NonNullable<RunnerOptions["memory"]>) => number) => [...active.values(), ...leaving].reduce((sum, r) => sum + (r.options.memory ? part(r.options.memory) : 0), 0);
+      const used = (part: (m: NonNullable<RunnerOptions["memory"]>) => number) => everyRunner().reduce((sum, r) => sum + (r.options.memory ? part(r.options.memory) : 0), 0);
       return { budget, usedBytes: used((m) => m.total), hostUsedBytes: used((m) => m.host) };
     },
     async unload(match) {
