@@ -8,11 +8,15 @@ import { publishEngine } from "../src/engines/publish.ts";
 // credentials and plain-HTTP hosts are the server's own settings (REGISTRY_CREDENTIALS,
 // REGISTRY_INSECURE).
 //
-//   npm run engine:publish -- <registry>/<namespace>/llama-server:<tag> [folder]
+//   npm run engine:publish -- [--dmr <variant>] <registry>/<namespace>/llama-server:<tag> [folder]
+//
+// `--dmr cpu` writes Docker Model Runner's layout instead of llama.cpp's.
 
-const [reference, folder = cachedBuildDir(env)] = process.argv.slice(2);
-if (!reference) {
-  console.error("usage: npm run engine:publish -- <registry>/<namespace>/llama-server:<tag> [folder of llama-server and its libraries]");
+const args = process.argv.slice(2);
+const dmr = args[0] === "--dmr" ? args.splice(0, 2)[1] : undefined;
+const [reference, folder = cachedBuildDir(env)] = args;
+if (!reference || (dmr !== undefined && !/^[a-z0-9-]+$/.test(dmr))) {
+  console.error("usage: npm run engine:publish -- [--dmr <variant>] <registry>/<namespace>/llama-server:<tag> [folder of llama-server and its libraries]");
   process.exit(2);
 }
 const { models } = loadConfig(env, []);
@@ -20,5 +24,5 @@ const published = await publishEngine(folder, reference, {
   fetch: globalThis.fetch.bind(globalThis),
   insecureHosts: models.insecureRegistries,
   credentials: models.registryCredentials,
-});
+}, dmr ? { kind: "docker-model-runner", variant: dmr } : { kind: "llama.cpp" });
 console.log(`published ${folder} as ${published.reference} (manifest ${published.digest})`);

@@ -79,6 +79,20 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect(pulled.json()).toMatchObject({ name: "v2", digest });
   });
 
+  it("takes Docker Model Runner's backend layout: the binary in bin/, its libraries in lib/", async () => {
+    const dmr = await publishBuild(stack.registry, "as-built", "dmr-cpu", (folder) => writeFile(join(folder, "NOTES"), "dmr"), { kind: "docker-model-runner", variant: "cpu" });
+    const pulled = await http.ask("POST", "/engines/builds", { reference: dmr.reference });
+    expect(pulled.status, pulled.body).toBe(201);
+    expect(pulled.json()).toMatchObject({ name: "dmr-cpu", layout: "docker-model-runner", variant: "cpu", version: expect.stringMatching(/^0\.5\.0-dev /) });
+    expect((await http.configure({ model: "ai/tiny", engine: "dmr-cpu" })).status).toBe(202);
+    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"));
+    expect(answer.status, answer.body).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "dmr-cpu" });
+    expect((await http.configure({ model: "ai/tiny", engine: "v1" })).status).toBe(202);
+    await until(async () => (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest").map((r) => `${r.engine} ${r.state}`).join() === "v1 ready", "ai/tiny on v1 alone");
+    expect((await http.ask("DELETE", "/engines/builds/dmr-cpu")).status).toBe(200);
+  });
+
   it("launches a model on the build its settings name, and says which in ps and status", async () => {
     expect((await http.configure({ model: "ai/tiny", engine: "v1", "runtime-flags": ["--context-shift"] })).status).toBe(202);
     const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"));
@@ -95,8 +109,9 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
   it("moves a model to a new build with a request in flight: the request goes on, the old runner retires when idle", async () => {
     const stream = http.stream(endless("ai/tiny"), 3);
     await stream.started;
+    const seen = (await http.events()).length;
     expect((await http.configure({ model: "ai/tiny", engine: "v2" })).status).toBe(202);
-    await until(async () => (await http.events()).some((e) => e.kind === "upgraded" && e.model === "ai/tiny:latest"), "the move to v2");
+    await until(async () => (await http.events()).slice(seen).some((e) => e.kind === "upgraded" && e.model === "ai/tiny:latest"), "the move to v2");
     // Both runners now: the new one serving, the old one finishing the request it holds.
     const during = (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest");
     expect(during.map((r) => `${r.engine} ${r.state}`).sort()).toEqual(["v1 draining", "v2 ready"]);

@@ -5,7 +5,7 @@ import { dirname, join } from "node:path";
 import { env } from "node:process";
 import { resolveLlamaServerBinary } from "../../sidecar/index.ts";
 import { detectRuntime } from "../../src/runtime/index.ts";
-import { publishEngine, type Published } from "../../src/engines/publish.ts";
+import { publishEngine, type PublishLayout, type Published } from "../../src/engines/publish.ts";
 import type { Registry } from "./registry.ts";
 
 // llama.cpp builds for engine tests, made of the one the setup builds: that build itself, and the
@@ -58,10 +58,10 @@ export async function makeBuild(kind: BuildKind): Promise<string> {
 }
 
 /** Pushes the build of `kind` (changed by `alter`) to the registry as `llamadock/llama-server:<tag>`. */
-export async function publishBuild(registry: Registry, kind: BuildKind, tag: string, alter?: (folder: string) => Promise<void>): Promise<Published> {
+export async function publishBuild(registry: Registry, kind: BuildKind, tag: string, alter?: (folder: string) => Promise<void>, layout?: PublishLayout): Promise<Published> {
   const folder = await makeBuild(kind);
   await alter?.(folder);
-  return publishEngine(folder, `${registry.host}/llamadock/llama-server:${tag}`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} });
+  return publishEngine(folder, `${registry.host}/llamadock/llama-server:${tag}`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} }, layout);
 }
 
 /** A library of the build made to need a glibc no host has yet (its version needs say GLIBC_2.99). */
