@@ -54,13 +54,13 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
   const { engines, scheduler } = deps;
   const moveRunners = runnerMover(deps);
 
-  const runnersOn = (digest: string | undefined) => scheduler.runners().filter((r) => (r.engine?.digest ?? undefined) === digest && digest !== undefined).length;
+  const runnersOn = (digest: string) => scheduler.runners().filter((r) => r.engine?.digest === digest).length;
 
   async function list(): Promise<Response> {
     const defaultName = await engines.defaultName();
     const chosen = defaultName === BUILTIN ? undefined : await engines.store.find(defaultName);
     const builtin = await engines.build(BUILTIN).then(
-      (b) => ({ name: BUILTIN, version: b.version, path: b.path }),
+      (b) => ({ name: BUILTIN, version: b.version }),
       (error: Error) => ({ name: BUILTIN, error: error.message }),
     );
     const pulled = (await engines.store.list()).map((r) => shown(r, chosen?.digest === r.digest, runnersOn(r.digest)));
