@@ -61,7 +61,8 @@ export function createInference(
   const perKey = (start: StartRunner) => (config.promptsPerKey ? withPromptsPerKey(start) : start);
   const scheduler = createScheduler({
     // The slot cache's key names the build a runner runs: a cache saved by another is never loaded.
-    start: loads.track(perKey(slotCache ? slotCache.wrap(serving, async (spec) => (spec?.engine ? `${spec.engine.version} ${spec.engine.digest ?? spec.engine.path}` : (await launcher.binary()).version), loads) : serving)),
+    // A pulled build by its version and digest; the builtin one by its version, as before builds could be chosen.
+    start: loads.track(perKey(slotCache ? slotCache.wrap(serving, async (spec) => (spec?.engine?.digest ? `${spec.engine.version} ${spec.engine.digest}` : (await launcher.binary()).version), loads) : serving)),
     engineFor: (_model, modelSettings) => engines.forModel(modelSettings),
     settings,
     limits: {
