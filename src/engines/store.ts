@@ -83,6 +83,9 @@ export function openEngineStore(root: string) {
       return {
         dir,
         async commit(record) {
+          // Another process sharing the store may have put the same build there meanwhile, and run
+          // it since: its folder stays; only a leftover without a record is replaced.
+          if (await readRecord(recordFile(record.digest))) return void (await rm(dir, { recursive: true, force: true }));
           await rm(folder(record.digest), { recursive: true, force: true });
           await writeFile(join(dir, "engine.json"), `${JSON.stringify(record, null, 2)}\n`);
           await rename(dir, folder(record.digest));
