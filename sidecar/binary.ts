@@ -3,6 +3,7 @@ import { homedir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import * as z from "zod";
 import type { Runtime } from "../src/runtime/types.ts";
+import { parseHelpFlags } from "./flag-names.ts";
 
 // Where the llama-server binary comes from, in order: LLAMA_SERVER_PATH (the binary or its folder),
 // `llama-server` on PATH, then the build that `npm run sidecar:build` caches per llama.cpp release.
@@ -74,12 +75,13 @@ function locate(env: Env): { path: string; source: LlamaServerBinary["source"] }
 
 /**
  * The environment llama-server runs with: ours, plus its own folder on the library path, since a
- * llama.cpp build keeps its shared libraries (libllama.so, libggml*.so) beside the binary.
+ * llama.cpp build keeps its shared libraries (libllama.so, libggml*.so) beside the binary, and the
+ * folders a build's layout names besides (Docker Model Runner's keep them in `lib/` beside `bin/`).
  */
-export function launchEnv(binaryPath: string, env: Env): Record<string, string> {
+export function launchEnv(binaryPath: string, env: Env, libraryDirs: string[] = []): Record<string, string> {
   const result: Record<string, string> = {};
   for (const [key, value] of Object.entries(env)) if (value !== undefined) result[key] = value;
-  const libraryPath = [dirname(binaryPath), env.LD_LIBRARY_PATH].filter(Boolean).join(delimiter);
+  const libraryPath = [dirname(binaryPath), ...libraryDirs, env.LD_LIBRARY_PATH].filter(Boolean).join(delimiter);
   return { ...result, LD_LIBRARY_PATH: libraryPath };
 }
 
@@ -87,8 +89,8 @@ async function readAll(stream: ReadableStream<Uint8Array>): Promise<string> {
   return new Response(stream).text();
 }
 
-async function reportedVersion(runtime: Runtime, path: string, env: Env): Promise<string> {
-  const child = await runtime.spawn(path, ["--version"], { env: launchEnv(path, env) });
+async function reportedVersion(runtime: Runtime, path: string, env: Env, libraryDirs: string[] = []): Promise<string> {
+  const child = await runtime.spawn(path, ["--version"], { env: launchEnv(path, env, libraryDirs) });
   const timer = setTimeout(() => child.kill("SIGKILL"), VERSION_TIMEOUT_MS);
   const [out, err, exit] = await Promise.all([readAll(child.stdout), readAll(child.stderr), child.exited]);
   clearTimeout(timer);
@@ -97,6 +99,18 @@ async function reportedVersion(runtime: Runtime, path: string, env: Env): Promis
     throw new Error(`${path} --version failed (${exit.signal ?? `code ${exit.code}`}): ${err.trim().slice(-500)}`);
   }
   return version;
+}
+
+/** What a build says of itself: its version and the flags its `--help` lists (proves it starts, too). */
+export async function describeBuild(runtime: Runtime, path: string, env: Env, libraryDirs: string[] = []): Promise<{ version: string; flags: string[] }> {
+  const version = await reportedVersion(runtime, path, env, libraryDirs);
+  const child = await runtime.spawn(path, ["--help"], { env: launchEnv(path, env, libraryDirs) });
+  const timer = setTimeout(() => child.kill("SIGKILL"), VERSION_TIMEOUT_MS);
+  const [out, err, exit] = await Promise.all([readAll(child.stdout), readAll(child.stderr), child.exited]);
+  clearTimeout(timer);
+  const flags = parseHelpFlags(`${out}\n${err}`);
+  if (exit.code !== 0 || flags.length === 0) throw new Error(`${path} --help failed (${exit.signal ?? `code ${exit.code}`}): ${err.trim().slice(-500)}`);
+  return { version, flags };
 }
 
 /** Finds the llama-server to run and asks it for its version (which also proves it starts). */

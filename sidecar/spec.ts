@@ -30,7 +30,33 @@ export interface RunnerSpec {
   pooling?: PoolingType;
   /** Further llama-server flags, appended last (so they win). */
   extraArgs?: string[];
+  /** The llama.cpp build to run; default: the one the supervisor was given. */
+  engine?: EngineBuild;
 }
+
+/** One llama.cpp build: where its llama-server is, and what it says of itself. */
+export interface EngineBuild {
+  /** How people name it: `builtin`, or the tag it was pulled under. */
+  name: string;
+  path: string;
+  /** As `--version` reports it. */
+  version: string;
+  /** Its content digest, for a build pulled from a registry. */
+  digest?: string;
+  /** The flags its `--help` lists: when known, the argv is spelled in them (see flag-names.ts). */
+  flags?: string[];
+  /** Folders of its shared libraries besides the binary's own. */
+  libraryDirs?: string[];
+}
+
+export const engineBuildSchema = z.object({
+  name: z.string().min(1),
+  path: z.string().min(1),
+  version: z.string().min(1),
+  digest: z.string().optional(),
+  flags: z.array(z.string()).optional(),
+  libraryDirs: z.array(z.string()).optional(),
+}) satisfies z.ZodType<EngineBuild>;
 
 export const runnerSpecSchema = z.object({
   name: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, "letters, digits, '.', '_', '-' (at most 64)"),
@@ -44,4 +70,5 @@ export const runnerSpecSchema = z.object({
   gpuLayers: z.string().regex(/^(\d+|auto|all)$/, "a layer count, 'auto' or 'all'").optional(),
   pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
   extraArgs: z.array(z.string()).optional(),
+  engine: z.lazy(() => engineBuildSchema).optional(),
 }) satisfies z.ZodType<RunnerSpec>;

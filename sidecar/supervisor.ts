@@ -12,7 +12,8 @@ import { DEFAULT_LOGS_KEPT, pruneLogs } from "./log-files.ts";
 import { RunnerOutput } from "./output.ts";
 import { SidecarProcess, type Sidecar } from "./process.ts";
 import { linkShards, unlinkShards } from "./shards.ts";
-import { runnerSpecSchema, type RunnerSpec } from "./spec.ts";
+import { runnerSpecSchema, type EngineBuild, type RunnerSpec } from "./spec.ts";
+import { spellFor } from "./flag-names.ts";
 
 export interface SupervisorDeps {
   runtime: Runtime;
@@ -70,19 +71,18 @@ async function claimSocket(socketPath: string, name: string): Promise<void> {
 export function createSupervisor(deps: SupervisorDeps): Supervisor {
   const { runtime, binary, runDir, logDir } = deps;
   const prefix = parentDeathPrefix();
-  const env = launchEnv(binary.path, processEnv);
   /** The names of the runners started here and not yet exited: their logs are never pruned. */
   const live = new Set<string>();
 
-  async function spawn(args: string[], output: RunnerOutput): Promise<ChildProcess> {
-    const [command, ...rest] = [...prefix, binary.path, ...args] as [string, ...string[]];
+  async function spawn(engine: Pick<EngineBuild, "path" | "libraryDirs">, args: string[], output: RunnerOutput): Promise<ChildProcess> {
+    const [command, ...rest] = [...prefix, engine.path, ...args] as [string, ...string[]];
     try {
-      const child = await runtime.spawn(command, rest, { env, ...(output.descriptor !== undefined ? { output: output.descriptor } : {}) });
+      const child = await runtime.spawn(command, rest, { env: launchEnv(engine.path, processEnv, engine.libraryDirs), ...(output.descriptor !== undefined ? { output: output.descriptor } : {}) });
       if (child.wroteToOutput) output.writtenByChild();
       return child;
     } catch (error) {
       output.close();
-      throw new SidecarError("spawn_failed", `cannot start ${binary.path}: ${(error as Error).message}`);
+      throw new SidecarError("spawn_failed", `cannot start ${engine.path}: ${(error as Error).message}`);
     }
   }
 
@@ -92,14 +92,21 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
     const socketPath = join(runDir, `${spec.name}.sock`);
     await claimSocket(socketPath, spec.name);
     const modelPath = spec.modelShards?.length ? await linkShards(runDir, spec.name, [spec.modelPath, ...spec.modelShards]) : spec.modelPath;
-    const args = buildLlamaServerArgs({ ...spec, modelPath }, socketPath);
+    const engine = spec.engine ?? { name: "builtin", path: binary.path, version: binary.version };
+    let args: string[];
+    try {
+      args = spelledFor(engine, buildLlamaServerArgs({ ...spec, modelPath }, socketPath));
+    } catch (error) {
+      if (spec.modelShards?.length) await unlinkShards(runDir, spec.name);
+      throw error;
+    }
     await pruneLogs(logDir, deps.logsKept ?? DEFAULT_LOGS_KEPT, live);
     const output = new RunnerOutput(join(logDir, `${spec.name}.log`));
-    output.write(`--- ${new Date().toISOString()} llama-server ${binary.version}: ${args.join(" ")}\n`);
+    output.write(`--- ${new Date().toISOString()} llama-server ${engine.version} (${engine.name}): ${args.join(" ")}\n`);
     live.add(spec.name);
     let child: ChildProcess;
     try {
-      child = await spawn(args, output);
+      child = await spawn(engine, args, output);
     } catch (error) {
       live.delete(spec.name);
       if (spec.modelShards?.length) await unlinkShards(runDir, spec.name);
@@ -123,6 +130,14 @@ export function createSupervisor(deps: SupervisorDeps): Supervisor {
     await recordPid(sidecar, pidFile);
     await sidecar.untilReady(deps.readyTimeoutMs ?? 300_000, signal);
     return sidecar;
+  }
+
+  /** The argv in the flags the build lists, when they are known; a flag it has no spelling of is refused unrun. */
+  function spelledFor(engine: EngineBuild, args: string[]): string[] {
+    if (!engine.flags) return args;
+    const spelled = spellFor(args, new Set(engine.flags));
+    if (spelled.missing !== undefined) throw new SidecarError("bad_argument", `llama-server ${engine.name} (${engine.version}) has no flag ${spelled.missing}`);
+    return spelled.args;
   }
 
   /** Writes the runner's pid file; if that fails, stops the runner rather than leave it unrecorded. */

@@ -68,6 +68,7 @@ function toConfig(s: SettingValues) {
       logDir: s.INFERENCE_LOG_DIR, logsKept: s.INFERENCE_LOGS_KEPT,
       metricsCacheMs: s.INFERENCE_METRICS_CACHE_MS,
       settingsPath: s.INFERENCE_SETTINGS_PATH,
+      engines: { path: s.ENGINES_PATH ?? join(s.MODELS_PATH, "engines"), default: s.ENGINE_DEFAULT },
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
       usageBounds: { maxRows: s.USAGE_MAX_ROWS, keepDays: s.USAGE_KEEP_DAYS },
       batches: { path: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"), perKey: s.BATCHES_PER_KEY, running: s.BATCHES_RUNNING },

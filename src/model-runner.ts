@@ -52,7 +52,8 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
   const drain = createDrain();
   // Whom each request speaks for, by its key's name (see src/keys/keyring.ts).
   const keyring = createKeyring(config.security.keyEntries, config.security.keyDefaults, cameTrusted);
-  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits, identify: keyring.identify });
+  const registry = { fetch: globalThis.fetch.bind(globalThis), insecureHosts: config.models.insecureRegistries, credentials: config.models.registryCredentials, stallTimeoutMs: config.models.pullStallTimeoutMs };
+  const inference = createInference(config.inference, runtime, store, { admits: pinned.admits, identify: keyring.identify }, { ...registry, defaultRegistry: config.models.defaultRegistry });
   const batches = openBatches(config.inference.batches, config.files, inference.deps, keyring.identify);
   // A request's work that fails with an error of ours is logged with the request and counted.
   const report = requestErrorReporter(() => inference.deps.metrics.countRequestError());
@@ -61,12 +62,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
   const streamsEnd = new AbortController();
   const models = createModelApi({
     store,
-    registry: {
-      fetch,
-      insecureHosts: config.models.insecureRegistries,
-      credentials: config.models.registryCredentials,
-      stallTimeoutMs: config.models.pullStallTimeoutMs,
-    },
+    registry,
     hub: {
       fetch,
       endpoint: config.models.hfEndpoint,
@@ -78,6 +74,12 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       const result = await inference.scheduler.whileDeleting(model, remove);
       await inference.slotCache?.forget(model.ggufPath);
       return result;
+    },
+    // A purge of everything takes the engine builds nothing runs or names; any purge, engine pulls left unfinished.
+    alsoPurge: async (all) => {
+      const named = [await inference.engines.defaultName(), ...Object.values(await inference.settings.all()).flatMap((s) => (s.engine ? [s.engine] : []))];
+      const running = new Set(inference.scheduler.runners().flatMap((r) => (r.engine?.digest ? [r.engine.digest] : [])));
+      return inference.engines.purge(all, (digest) => running.has(digest), named);
     },
     maxConcurrentPulls: config.models.pullMaxConcurrent,
     pullParts: config.models.pullParts,

@@ -168,6 +168,11 @@ export const Settings = z.object({
   // One reading of the runners' figures serves every /metrics scrape for this long (0: none kept).
   INFERENCE_METRICS_CACHE_MS: z.coerce.number().int().min(0).max(60_000).default(1_000),
   INFERENCE_SETTINGS_PATH: z.string().min(1).default(() => inHome("INFERENCE_SETTINGS_PATH")),
+  // The llama.cpp builds pulled from registries (default: `engines` in MODELS_PATH), and the one
+  // runners use unless `engine use` or a model's settings chose another: a build's tag, reference or
+  // digest, a llama.cpp version (`b6100`: its server image, pulled at start), or `builtin`.
+  ENGINES_PATH: z.string().min(1).optional(),
+  ENGINE_DEFAULT: z.string().trim().regex(/^[\x21-\x7e]{1,300}$/, "an engine's tag, reference, digest or llama.cpp version").optional(),
   // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
   // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.
   PINNED_MODELS: z.string().default("").transform(list),
@@ -206,6 +211,7 @@ export const DMR_NAMES: Record<string, keyof typeof Settings.shape> = {
   MODEL_RUNNER_PORT: "RUNNER_PORT",
   MODEL_RUNNER_SOCK: "RUNNER_SOCKET",
   MODEL_RUNNER_HOST: "RUNNER_HOST",
+  LLAMA_SERVER_VERSION: "ENGINE_DEFAULT",
 };
 
 /** Every setting's name: ours, and Docker Model Runner's for some of them. */

@@ -64,6 +64,7 @@ export function engineCommands(program: Command, clientFor: ClientFor, clientVer
     .option("--threads <n>", "compute threads", wholeNumber)
     .option("--mode <mode>", "completion or embedding")
     .option("--runtime-flags <flags>", "further llama-server flags, as one string")
+    .option("--engine <name>", 'the llama.cpp build its runners run on (see `engine ls`; "builtin")')
     .action(async (model: string, options: Record<string, string | number | undefined>, command: Command) => {
       const body = dropUndefined({
         model,
@@ -73,6 +74,7 @@ export function engineCommands(program: Command, clientFor: ClientFor, clientVer
         slots: options.slots,
         threads: options.threads,
         "raw-runtime-flags": options.runtimeFlags,
+        engine: options.engine,
       });
       const answer = await clientFor(command).json<{ model: string; settings: Record<string, unknown> }>("POST", "/engines/_configure", body, model);
       print(`Configured ${answer.model}: ${JSON.stringify(answer.settings)}`);

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { CliError, createClient, type ClientOptions } from "./client.ts";
 import { engineCommands } from "./engines.ts";
+import { engineBuildCommands } from "./engine-builds.ts";
 import { fitCommand } from "./fit.ts";
 import { launchCommand } from "./launch/command.ts";
 import { modelCommands } from "./models.ts";
@@ -30,6 +31,7 @@ export function buildProgram(): Command {
   pushCommands(program, clientFor);
   runCommand(program, clientFor);
   engineCommands(program, clientFor, version);
+  engineBuildCommands(program, clientFor);
   usageCommand(program, clientFor);
   fitCommand(program, clientFor);
   launchCommand(program, clientFor);

@@ -12,6 +12,8 @@ export type DiskUsage = {
   default_backend_disk_usage: number;
   reclaimable_disk_usage: number;
   incomplete_downloads_disk_usage: number;
+  /** Ours: the builds pulled into the engine store, all of them. */
+  engines_disk_usage: number;
 };
 
 /** Bytes of the files under `folder`, links not followed; 0 when it does not exist. */
@@ -26,7 +28,7 @@ export async function folderBytes(folder: string): Promise<number> {
   return total;
 }
 
-export async function diskUsage(store: Pick<ModelStore, "root" | "unused">, binary: () => Promise<LlamaServerBinary>): Promise<DiskUsage> {
+export async function diskUsage(store: Pick<ModelStore, "root" | "unused">, binary: () => Promise<LlamaServerBinary>, engines?: { bytes(): Promise<number>; root: string }): Promise<DiskUsage> {
   // Our build's folder holds the binary and its shared libraries; one found elsewhere (on PATH) is
   // counted alone. 0 while none is found.
   const engine = await binary().then(
@@ -34,10 +36,14 @@ export async function diskUsage(store: Pick<ModelStore, "root" | "unused">, bina
     () => 0,
   );
   const unused = await store.unused(0);
+  const engineBytes = (await engines?.bytes()) ?? 0;
+  // The engine store lies in the model store's folder by default: its bytes are not the models'.
+  const inModels = engines && (engines.root + "/").startsWith(store.root.replace(/\/?$/, "/")) ? engineBytes : 0;
   return {
-    models_disk_usage: await folderBytes(store.root),
+    models_disk_usage: (await folderBytes(store.root)) - inModels,
     default_backend_disk_usage: engine,
     reclaimable_disk_usage: unused.bytes,
     incomplete_downloads_disk_usage: unused.incompleteBytes,
+    engines_disk_usage: engineBytes,
   };
 }

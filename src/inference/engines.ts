@@ -5,6 +5,7 @@ import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
 import type { ModelStore } from "../models/index.ts";
 import type { RunnerInfo, Scheduler } from "../scheduler/scheduler.ts";
+import type { ModelRef } from "../scheduler/types.ts";
 import { ModelSettings, type SettingsStore } from "../scheduler/settings.ts";
 import { KEEP_ALIVE_PATTERN } from "../scheduler/policy.ts";
 import { BYTES_PATTERN, parseBytes } from "../scheduler/memory/budget.ts";
@@ -28,6 +29,10 @@ export type EngineDeps = {
   engineVersion: () => Promise<string>;
   /** Bytes on disk of the store and of the engine (DMR's `df`). */
   diskUsage: () => Promise<DiskUsage>;
+  /** Refuses (a 400 naming the build) settings the build they would run on cannot take; none: unchecked. */
+  checkSettings?: (settings: ModelSettings) => Promise<void>;
+  /** Moves a model's loaded runners to the build its settings now name, no request dropped. */
+  moveToEngine?: (model: ModelRef) => void;
 };
 
 const UnloadBody = z.strictObject({
@@ -60,6 +65,8 @@ const ConfigureBody = z.looseObject({
     })
     .optional(),
   llamacpp: z.looseObject({ "reasoning-budget": z.number().int().min(-1).optional() }).optional(),
+  // Ours: the llama.cpp build its runners launch on (a build's tag, reference or digest; "builtin").
+  engine: z.string().trim().min(1).max(300).optional(),
 });
 type ConfigureBody = z.infer<typeof ConfigureBody>;
 
@@ -82,6 +89,9 @@ const psEntry = (r: RunnerInfo) => ({
   last_used: new Date(r.lastUsed).toISOString(),
   keep_alive: r.keepAlive,
   threads: r.threads,
+  // The llama.cpp build it runs.
+  engine: r.engine?.name ?? "builtin",
+  ...(r.engine ? { engine_version: r.engine.version } : {}),
   ...(r.contextSize !== undefined ? { context_size: r.contextSize } : {}),
   // The slots share the context: a request gets context_size / slots (llama-server's --parallel).
   ...(r.slots !== undefined ? { slots: r.slots } : {}),
@@ -112,9 +122,13 @@ export function engineRoutes(deps: EngineDeps): Route[] {
       (version) => `Running: ${ENGINE} ${version}`,
       (error: Error) => `Error: ${error.message}`,
     );
-    // DMR's CLI reads the answer as strings only: the memory comes when asked for (`?memory`).
-    if (!new URL(request.url).searchParams.has("memory")) return Response.json({ [ENGINE]: state });
-    return Response.json({ [ENGINE]: state, memory: await memoryStatus() });
+    // DMR's CLI reads the answer as strings only: the memory and the runners' builds come when asked for.
+    const asked = new URL(request.url).searchParams;
+    return Response.json({
+      [ENGINE]: state,
+      ...(asked.has("memory") ? { memory: await memoryStatus() } : {}),
+      ...(asked.has("runners") ? { runners: scheduler.runners().map((r) => ({ model: r.model, mode: r.mode, state: r.state, engine: r.engine?.name ?? "builtin", ...(r.engine ? { engine_version: r.engine.version } : {}) })) } : {}),
+    });
   }
 
   async function memoryStatus() {
@@ -152,8 +166,14 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     if (!model) throw modelNotFound(body.model);
     const changes = ModelSettings.safeParse(await settingsOf(body));
     if (!changes.success) throw badRequest("invalid_settings", z.prettifyError(changes.error));
-    const settings = await deps.settings.update(model.id, dropUndefined(changes.data));
-    scheduler.reload(model);
+    const changed = dropUndefined(changes.data);
+    // What the model's runners would launch with, against the build they would launch on.
+    await deps.checkSettings?.({ ...(await deps.settings.get(model.id)), ...changed });
+    const settings = await deps.settings.update(model.id, changed);
+    // A new build alone moves the runners without a reload: the old ones serve until the new are ready.
+    const onlyEngine = Object.keys(changed).length === 1 && changed.engine !== undefined;
+    if (onlyEngine && deps.moveToEngine) deps.moveToEngine(model);
+    else scheduler.reload(model);
     scheduler.preload(model, body.mode ?? "completion");
     return Response.json({ model: model.tags[0] ?? model.id, settings: publicSettings(settings) }, { status: 202 });
   }
@@ -171,6 +191,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
       cacheRam: body["cache-ram"] === undefined ? undefined : Math.ceil(body["cache-ram"] / MIB) * MIB,
       reasoningBudget: body.llamacpp?.["reasoning-budget"],
       speculative: body.speculative && (await draft(body.speculative)),
+      engine: body.engine,
     };
   }
 
@@ -233,6 +254,7 @@ const publicSettings = (s: ModelSettings) =>
     "runtime-flags": s.runtimeFlags,
     pooling: s.pooling,
     "cache-ram": s.cacheRam,
+    engine: s.engine,
     llamacpp: s.reasoningBudget === undefined ? undefined : { "reasoning-budget": s.reasoningBudget },
     speculative: s.speculative && {
       draft_model: s.speculative.draftModel,

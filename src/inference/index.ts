@@ -26,6 +26,10 @@ import { LOCAL_CALLER } from "../keys/keyring.ts";
 import { createSlotCache, type SlotCache } from "../slot-cache/index.ts";
 import { withPromptsPerKey } from "../slot-cache/per-key.ts";
 import { createLoads, LOAD_HISTOGRAM, LOAD_HISTOGRAM_HELP, type Loads } from "./loads.ts";
+import { createEngines, settingsRefusal, type Engines } from "../engines/index.ts";
+import { engineBuildRoutes, runnerMover } from "../engines/routes.ts";
+import type { RegistryOptions } from "../models/registry/client.ts";
+import { badRequest } from "../http/errors.ts";
 
 // Inference wired together: llama-server found once (lazily, retried after a failure), runners
 // started by the sidecar's supervisor, scheduled by the scheduler, served by the engine routes.
@@ -34,15 +38,18 @@ import { createLoads, LOAD_HISTOGRAM, LOAD_HISTOGRAM_HELP, type Loads } from "./
 const REMOTE_MEDIA_LIMITS = { maxBytes: 10 * 1024 * 1024, timeoutMs: 10_000 };
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
-export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; loads: Loads; stop(): Promise<void> };
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; loads: Loads; engines: Engines; stop(): Promise<void> };
 
 export function createInference(
   config: Config["inference"],
   runtime: Runtime,
   store: ModelStore,
   { admits, identify }: Pick<InferenceDeps, "admits" | "identify"> = {},
+  registry: RegistryOptions & { defaultRegistry?: string } = { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} },
 ): Inference {
   const launcher = lazyLauncher(config, runtime);
+  const { defaultRegistry, ...registryOptions } = registry;
+  const engines = createEngines({ config: config.engines, registry: registryOptions, runtime, builtin: launcher.binary, ...(defaultRegistry ? { defaultRegistry } : {}) });
   // Usage per key and model, kept across restarts; each key's limits.
   const ledger = openLedger(config.usagePath, config.usageBounds);
   const limiter = createLimiter();
@@ -53,7 +60,10 @@ export function createInference(
   const serving = servingFiles(store, launcher.start);
   const perKey = (start: StartRunner) => (config.promptsPerKey ? withPromptsPerKey(start) : start);
   const scheduler = createScheduler({
-    start: loads.track(perKey(slotCache ? slotCache.wrap(serving, async () => (await launcher.binary()).version, loads) : serving)),
+    // The slot cache's key names the build a runner runs: a cache saved by another is never loaded.
+    // A pulled build by its version and digest; the builtin one by its version, as before builds could be chosen.
+    start: loads.track(perKey(slotCache ? slotCache.wrap(serving, async (spec) => (spec?.engine?.digest ? `${spec.engine.version} ${spec.engine.digest}` : (await launcher.binary()).version), loads) : serving)),
+    engineFor: (_model, modelSettings) => engines.forModel(modelSettings),
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -87,6 +97,7 @@ export function createInference(
     meter: createMeter(ledger, limiter),
     promptsPerKey: config.promptsPerKey,
   };
+  const moveRunners = runnerMover({ engines, scheduler, store });
   const routes = [
     ...inferenceRoutes(deps),
     ...usageRoutes(ledger, identify ?? (() => LOCAL_CALLER)),
@@ -96,16 +107,27 @@ export function createInference(
       settings,
       metrics,
       runnerFiguresMs: config.metricsCacheMs,
-      engineVersion: async () => (await launcher.binary()).version,
-      diskUsage: () => diskUsage(store, launcher.binary),
+      // The default build's; the builtin one not found: why, as before.
+      engineVersion: async () => {
+        const build = (await engines.forModel({})) ?? (await launcher.binary());
+        return "name" in build && build.name !== "builtin" ? `${build.version} (engine ${build.name})` : build.version;
+      },
+      checkSettings: async (modelSettings) => {
+        const build = await engines.forModel(modelSettings);
+        const why = build && settingsRefusal(build, modelSettings);
+        if (why) throw badRequest("unsupported_by_engine", why);
+      },
+      moveToEngine: (model) => moveRunners((id) => id === model.id),
+      diskUsage: () => diskUsage(store, launcher.binary, engines.store),
     }),
+    ...engineBuildRoutes({ engines, scheduler, store, settings, identify: identify ?? (() => LOCAL_CALLER) }),
     ...fitRoutes({ store, scheduler }),
   ];
   const stop = async () => {
     await scheduler.stopAll();
     await ledger.flush();
   };
-  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), loads, stop };
+  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), loads, engines, stop };
 }
 
 /**

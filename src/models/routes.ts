@@ -15,7 +15,7 @@ import type { RegistryOptions } from "./registry/client.ts";
 import { planRegistryPull } from "./registry/plan.ts";
 import { pushRoute } from "./push/routes.ts";
 import { loadRoute } from "./package/routes.ts";
-import { purgeRoute } from "./purge/routes.ts";
+import { purgeRoute, type AlsoPurge } from "./purge/routes.ts";
 import type { ModelStore, StoredModel } from "./store/store.ts";
 
 // The model-management API: pull (`POST /models/create`, streaming NDJSON progress), list,
@@ -27,6 +27,8 @@ export type ModelRoutesDeps = {
   hub: HubOptions;
   /** Wraps a model's deletion: the scheduler unloads its runners and launches none until `remove` settles. */
   whileDeleting?: <T>(model: StoredModel, remove: () => Promise<T>) => Promise<T>;
+  /** What a purge frees beyond the models (see purge/routes.ts). */
+  alsoPurge?: AlsoPurge;
   /** Pulls that may run at once; the others wait their turn (default 2). */
   maxConcurrentPulls?: number;
   /** How large blobs are split into parallel ranged parts (default: 8 streams, parts of 16 MiB at least). */
@@ -125,7 +127,7 @@ export function createModelApi(deps: ModelRoutesDeps): ModelApi {
     { method: "POST", path: "/models/:reference+/tag", handle: tag },
     pushRoute({ store, registry: deps.registry }),
     { method: "GET", path: "/models/:reference+", handle: async (r) => Response.json(publicModel(await resolveOr404(store, referenceParam(r)))) },
-    purgeRoute(store, (model) => (deps.whileDeleting ?? ((_, remove) => remove()))(model, () => store.remove(model.id, undefined))),
+    purgeRoute(store, (model) => (deps.whileDeleting ?? ((_, remove) => remove()))(model, () => store.remove(model.id, undefined)), deps.alsoPurge),
     { method: "DELETE", path: "/models/:reference+", handle: remove },
   ];
   return { routes, pull, remove: removeModel, pulls: () => puller.active() };

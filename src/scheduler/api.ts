@@ -2,7 +2,7 @@ import type { PromptCacheLimits } from "./memory/estimate.ts";
 import type { MemoryLimits, Sizing } from "./memory/sizing.ts";
 import type { Lease, RunnerState } from "./runner.ts";
 import type { ModelSettings, SettingsStore } from "./settings.ts";
-import type { Mode, ModelRef, RunnerWish, StartRunner } from "./types.ts";
+import type { EngineBuild, Mode, ModelRef, RunnerWish, StartRunner } from "./types.ts";
 import type { WatchLimits } from "./watchdog.ts";
 
 // The scheduler as the rest of the server sees it: what it is built from, what it answers, what it
@@ -54,7 +54,20 @@ export type SchedulerDeps = {
    * of repeating them (the newest log of a model is the one with the highest serial).
    */
   firstSerial?: number;
+  /**
+   * The llama.cpp build a model's runners launch on, read at each launch (see engine-upgrade.ts);
+   * none, or undefined from it: the supervisor's own.
+   */
+  engineFor?: (model: ModelRef, settings: ModelSettings) => Promise<EngineBuild | undefined>;
 };
+
+/**
+ * What `upgrade` did with a loaded runner: nothing (`current`: it runs the build wanted; `none`: no
+ * runner), moved it to the build wanted (`upgraded`: the new runner serves, the old one finishes its
+ * requests and stops), left it to retire at its first idle moment (`when-idle`: no room for both),
+ * or kept it serving because the new build failed to load (`failed`, with why).
+ */
+export type UpgradeOutcome = { kind: "none" | "current" | "upgraded" | "when-idle"; from?: string; to?: string } | { kind: "failed"; from?: string; to?: string; why: string };
 
 /** Hooks for metrics: loads, their time, crashes. */
 export type SchedulerObserver = {
@@ -83,6 +96,8 @@ export type RunnerInfo = {
   slots?: number;
   /** Its estimated memory and where that is, when a budget is kept. */
   memory?: Sizing["estimate"] & { where: Sizing["where"] };
+  /** The llama.cpp build it runs, when one was chosen for it (else the supervisor's own). */
+  engine?: { name: string; version: string; digest?: string };
 };
 
 export interface Scheduler {
@@ -96,6 +111,12 @@ export interface Scheduler {
    */
   pin(model: ModelRef, mode: Mode): Promise<void>;
   runners(): RunnerInfo[];
+  /**
+   * Moves the model's loaded runner to the build `engineFor` names now, never cutting a request: a
+   * runner on the new build loads beside it and takes over once ready, the old one finishing what
+   * it serves; without room for both, the old one retires when next idle. See UpgradeOutcome.
+   */
+  upgrade(model: ModelRef, mode: Mode): Promise<UpgradeOutcome>;
   /** Unloads the idle runners that match; returns how many. A runner in use is left alone. */
   unload(match: (info: RunnerInfo) => boolean): Promise<number>;
   /**

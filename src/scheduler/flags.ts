@@ -1,3 +1,5 @@
+import { spellingsOf } from "../../sidecar/index.ts";
+
 // Extra llama-server flags a user may set per model. An allow-list, because a flag is a way into the
 // process: no flag that names a file, a socket, a key or a port, and none that we set ourselves
 // (model, host, context size, slots, embeddings, metrics).
@@ -13,6 +15,7 @@ const ALLOWED = new Set([
   "--jinja", "--no-jinja", "--chat-template", "--reasoning-format", "--reasoning-budget",
   "--keep", "--context-shift", "--no-context-shift", "--cache-reuse", "--swa-full", "-kvu", "--kv-unified",
   "--defrag-thold", "-dt", "--no-warmup", "--sse-ping-interval", "--threads-http",
+  "-cms", "--checkpoint-min-step", "-lm", "--load-mode",
 ]);
 
 /** Checks `--flag value`, `--flag=value` lists; returns the reason of the first refusal, if any. */
@@ -20,7 +23,8 @@ export function refuseFlags(flags: string[]): string | undefined {
   for (const token of flags) {
     const isValue = !token.startsWith("-") || /^-\d/.test(token);
     const [flag, value] = isValue ? [undefined, token] : splitFlag(token);
-    if (flag !== undefined && !ALLOWED.has(flag)) return `flag ${flag} is not allowed`;
+    // A flag is allowed under any name llama.cpp gave it (a build is then asked which it takes).
+    if (flag !== undefined && !spellingsOf(flag).some((name) => ALLOWED.has(name))) return `flag ${flag} is not allowed`;
     if (value !== undefined && looksLikePath(value)) return `flag values may not be paths ("${value}")`;
   }
   return undefined;

@@ -7,7 +7,7 @@ import { embeddingPooling, pickEviction, runnerKey, threadShare, threadsInFlags,
 import type { RunnerOptions, RunnerState } from "./runner.ts";
 import type { ModelSettings } from "./settings.ts";
 import type { SchedulerLimits } from "./api.ts";
-import { modelName, type Lane, type Mode, type ModelRef } from "./types.ts";
+import { modelName, type EngineBuild, type Lane, type Mode, type ModelRef } from "./types.ts";
 
 // The launch decisions, pure: whether a loaded runner serves a request, and, for a runner that is
 // not loaded, what to do: launch it (with this context, these threads, this memory), unload these
@@ -66,6 +66,8 @@ export type LaunchSnapshot = {
   interactiveWaitingForRoom: number;
   /** The serial number the launch takes: it names the runner's socket and log. */
   serial: number;
+  /** The llama.cpp build it launches on; none: the supervisor's own. */
+  engine?: EngineBuild;
 };
 
 /** A set of runner keys, as a Set or the keys of a Map. */
@@ -193,7 +195,7 @@ function runnerOptions(snapshot: LaunchSnapshot, model: ModelRef, mode: Mode, sl
     modelId: model.id,
     model: modelName(model),
     mode,
-    spec: runnerSpec(model, mode, settings, launch, snapshot.serial),
+    spec: { ...runnerSpec(model, mode, settings, launch, snapshot.serial), ...(snapshot.engine ? { engine: snapshot.engine } : {}) },
     slots,
     ahead,
     threads,

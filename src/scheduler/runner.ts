@@ -33,7 +33,7 @@ export type RunnerEvents = {
   /** It stopped answering and is being killed: new requests must go to a fresh runner at once. */
   unresponsive(runner: Runner, why: string): void;
   loaded(runner: Runner, ms: number): void;
-  loadFailed(runner: Runner): void;
+  loadFailed(runner: Runner, error: unknown): void;
 };
 
 /** How long a runner may take to answer a scrape before it is left out. */
@@ -176,7 +176,7 @@ export class Runner {
       this.process = await start(this.options.spec, this.loadAbort.signal);
     } catch (error) {
       this.enter("stopped");
-      if (!this.loadAbort.signal.aborted) this.events.loadFailed(this);
+      if (!this.loadAbort.signal.aborted) this.events.loadFailed(this, error);
       this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error, this.estimateNote(error)));
       return this.finish(false);
     }

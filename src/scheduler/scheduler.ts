@@ -12,7 +12,9 @@ import type { ModelSettings } from "./settings.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
 import { createRoomWaits } from "./room-waits.ts";
 import { modelName, type Lane, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
-import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
+import type { RunnerInfo, Scheduler, SchedulerDeps, UpgradeOutcome } from "./api.ts";
+import { buildName, sameBuild } from "./engine-upgrade.ts";
+import type { EngineBuild } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. It is
@@ -33,6 +35,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
   const pinned = new Map<string, { model: ModelRef; mode: Mode }>();
+  /** Runners loading on a new build, each to take over from the old one once ready (see upgrade). */
+  const successors = new Map<Runner, { old: Runner; done(outcome: UpgradeOutcome): void }>();
+  /** Runners whose build changed with no room for a successor beside them: retired when next idle. */
+  const retireWhenIdle = new Set<Runner>();
   let serial = (deps.firstSerial ?? 1) - 1;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
@@ -43,23 +49,33 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     [...runners].filter((r) => r.options.modelId === model.id);
 
   // The state as the plans see it: read, decided on and acted upon in one synchronous step.
-  const everyRunner = () => [...active.values(), ...leaving];
+  const everyRunner = () => [...active.values(), ...leaving, ...successors.keys()];
   const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
   const snapshotOf = (r: Runner): RunnerSnapshot => runnerSnapshot(r, leaving.has(r));
 
   const notifyCapacity = room.notify;
 
   const events: RunnerEvents = {
-    idle: notifyCapacity,
+    idle(runner) {
+      // After the idle moment's own bookkeeping (its keep-alive timer), which the stop cancels.
+      if (retireWhenIdle.delete(runner)) queueMicrotask(() => replace(runner));
+      notifyCapacity();
+    },
     expired: (runner) => after("expired", runner),
     loaded(runner, ms) {
       deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms);
+      const upgrade = successors.get(runner);
+      if (upgrade) takeOver(runner, upgrade.old, upgrade.done);
       for (const name of planRebalance(everyRunner().map(snapshotOf), deps.limits.cpuCores)) replace(runnerByName(name)!);
     },
-    loadFailed: (runner) => deps.observe?.loadFailed?.(runner.options.model, runner.options.mode),
+    loadFailed(runner, error) {
+      deps.observe?.loadFailed?.(runner.options.model, runner.options.mode);
+      endUpgrade(runner, (error as Error)?.message ?? String(error));
+    },
     gone(runner, crashed) {
       if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
       leaving.delete(runner);
+      endUpgrade(runner, "it stopped before it was ready");
       if (crashed) deps.observe?.crashed?.(runner.options.model, runner.options.mode);
       notifyCapacity();
       after(crashed ? "crashed" : "stopped", runner);
@@ -98,6 +114,44 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     after("replaced", runner);
   }
 
+  /** A successor ready: it serves from now on, the runner it replaces finishes its requests and stops. */
+  function takeOver(successor: Runner, old: Runner, done: (outcome: UpgradeOutcome) => void): void {
+    successors.delete(successor);
+    const key = successor.options.key;
+    const current = active.get(key);
+    if (current === old) replace(old);
+    // Another runner took the place meanwhile (a reload): it is kept, this one goes.
+    if (current !== undefined && current !== old) void unloadRunner(successor);
+    else active.set(key, successor);
+    done({ kind: "upgraded", from: buildName(old.options.spec.engine), to: buildName(successor.options.spec.engine) });
+  }
+
+  /** A successor that failed to load, or went: the old runner serves on, and the caller hears why. */
+  function endUpgrade(successor: Runner, why: string): void {
+    const upgrade = successors.get(successor);
+    if (!upgrade) return;
+    successors.delete(successor);
+    upgrade.done({ kind: "failed", from: buildName(upgrade.old.options.spec.engine), to: buildName(successor.options.spec.engine), why });
+  }
+
+  /** The upgrade's decision, in one synchronous step: keep, launch a successor, or retire when idle. */
+  function startUpgrade(key: string, model: ModelRef, mode: Mode, settings: ModelSettings, engine: EngineBuild | undefined, budget: Budget): UpgradeOutcome | Promise<UpgradeOutcome> {
+    const old = active.get(key);
+    if (!old || old.state !== "ready" || [...successors.values()].some((u) => u.old === old)) return { kind: "none" };
+    const names = { from: buildName(old.options.spec.engine), to: buildName(engine) };
+    if (sameBuild(old.options.spec.engine, engine)) return { kind: "current", ...names };
+    retireWhenIdle.delete(old);
+    const plan = planLaunch(launchSnapshot(key, "interactive", settings, old.options.requestedContext, budget, engine), model, mode);
+    if (plan.kind !== "launch") {
+      if (old.busy) retireWhenIdle.add(old);
+      else replace(old);
+      return { kind: "when-idle", ...names };
+    }
+    serial++;
+    const successor = new Runner(plan.runner, deps.start, events);
+    return new Promise((done) => successors.set(successor, { old, done }));
+  }
+
   function preload(model: ModelRef, mode: Mode): void {
     void withRunner(model, mode, undefined, {}, () => {}).catch(() => {});
   }
@@ -129,12 +183,13 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         if (existing) return use(existing);
         // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
         const settings = await deps.settings.get(model.id);
+        const engine = await deps.engineFor?.(model, settings);
         if (loaded()) continue;
         if (!budget) {
           budget = await readBudget(model);
           continue; // what was read above may have changed meanwhile: decide afresh
         }
-        const plan = planLaunch(launchSnapshot(key, lane, settings, wanted, budget), model, mode);
+        const plan = planLaunch(launchSnapshot(key, lane, settings, wanted, budget, engine), model, mode);
         if (plan.kind === "launch") return use(launch(plan.runner));
         if (plan.kind === "refuse") throw plan.error;
         // The unloads go on if the client leaves; only the wait for them ends.
@@ -165,7 +220,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   };
 
   /** What a launch of `key` decides on: the runners as they are now (or as `runners` gives them). */
-  const launchSnapshot = (key: string, lane: Lane, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, runners = everyRunner().map(snapshotOf)): LaunchSnapshot => ({
+  const launchSnapshot = (key: string, lane: Lane, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, engine?: EngineBuild, runners = everyRunner().map(snapshotOf)): LaunchSnapshot => ({
     runners,
     pinned,
     limits: deps.limits,
@@ -177,6 +232,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     now: Date.now(),
     interactiveWaitingForRoom: room.interactiveWaiting(),
     serial: serial + 1,
+    ...(engine ? { engine } : {}),
   });
 
   function launch(options: RunnerOptions): Runner {
@@ -209,11 +265,11 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       // Waits for the runner like a request would, then gives the slot straight back.
       (await this.acquire(model, mode)).release();
     },
-    runners: () => [...active.values(), ...leaving].map(info),
+    runners: () => everyRunner().map(info),
     async memory() {
       const budget = (await deps.memory?.())?.budget;
       if (!budget) return undefined;
-      const used = (part: (m: NonNullable<RunnerOptions["memory"]>) => number) => [...active.values(), ...leaving].reduce((sum, r) => sum + (r.options.memory ? part(r.options.memory) : 0), 0);
+      const used = (part: (m: NonNullable<RunnerOptions["memory"]>) => number) => everyRunner().reduce((sum, r) => sum + (r.options.memory ? part(r.options.memory) : 0), 0);
       return { budget, usedBytes: used((m) => m.total), hostUsedBytes: used((m) => m.host) };
     },
     async unload(match) {
@@ -236,6 +292,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         else deleting.delete(model.id);
       }
     },
+    async upgrade(model, mode) {
+      if (!deps.engineFor || !active.has(runnerKey(model.id, mode))) return { kind: "none" };
+      const settings = await deps.settings.get(model.id);
+      const engine = await deps.engineFor(model, settings);
+      return startUpgrade(runnerKey(model.id, mode), model, mode, settings, engine, await readBudget(model));
+    },
     reload(model) {
       for (const runner of ofModel(model)) replace(runner);
     },
@@ -249,7 +311,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       const changed = Object.keys(changes).length > 0;
       if (runner && !changed && planServe(snapshotOf(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
       const runners = fitRunners(everyRunner().map(snapshotOf), runner?.options.spec.name);
-      const plan = planLaunch(launchSnapshot(key, "interactive", settings, undefined, budget, runners), model, mode);
+      const plan = planLaunch(launchSnapshot(key, "interactive", settings, undefined, budget, await deps.engineFor?.(model, settings), runners), model, mode);
       if (plan.kind === "refuse") throw plan.error;
       return fitAnswer(plan, runners, pinned, (name) => {
         const r = runnerByName(name);
@@ -269,7 +331,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       closed = true;
       // Those waiting for room wake, find the scheduler closed, and fail.
       notifyCapacity();
-      await Promise.all([...active.values(), ...leaving].map(unloadRunner));
+      await Promise.all(everyRunner().map(unloadRunner));
     },
   };
 }

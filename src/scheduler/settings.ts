@@ -30,6 +30,8 @@ export const ModelSettings = z.object({
   cacheRam: z.number().int().nonnegative().multipleOf(1024 * 1024).optional(),
   /** Embedding pooling; default: the model's own, else mean (see `embeddingPooling`). */
   pooling: z.enum(["mean", "cls", "last", "rank"]).optional(),
+  /** The llama.cpp build its runners launch on (a tag, reference, digest, or `builtin`); default: the default engine. */
+  engine: z.string().regex(/^[\x21-\x7e]{1,300}$/).optional(),
   runtimeFlags: z
     .array(z.string())
     .max(64)

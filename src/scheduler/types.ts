@@ -2,9 +2,9 @@
 // supervisor), and the models it runs. Process and model are structural types, so that the
 // scheduler's unit tests can hand it small fakes.
 
-import type { RunnerMode, RunnerSpec } from "../../sidecar/index.ts";
+import type { EngineBuild, RunnerMode, RunnerSpec } from "../../sidecar/index.ts";
 
-export type { RunnerSpec };
+export type { EngineBuild, RunnerSpec };
 export type Mode = RunnerMode;
 
 /** One running llama-server: one-shot, it never restarts itself (the scheduler does). */

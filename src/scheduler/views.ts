@@ -18,7 +18,10 @@ export const runnerInfo = (runner: Runner, pinned: boolean): RunnerInfo => ({
   ...(runner.options.spec.contextSize !== undefined ? { contextSize: runner.options.spec.contextSize } : {}),
   ...(runner.options.spec.parallel !== undefined ? { slots: runner.options.spec.parallel } : {}),
   ...(runner.options.memory ? { memory: runner.options.memory } : {}),
+  ...engineOf(runner),
 });
+
+const engineOf = ({ options: { spec } }: Runner) => (spec.engine ? { engine: { name: spec.engine.name, version: spec.engine.version, ...(spec.engine.digest ? { digest: spec.engine.digest } : {}) } } : {});
 
 /** `leaving`: taken out of service (unloading, or replaced and finishing its requests). */
 export const runnerSnapshot = (r: Runner, leaving: boolean): RunnerSnapshot => ({

@@ -1,5 +1,5 @@
 import { basename } from "node:path";
-import type { StartRunner } from "../scheduler/types.ts";
+import type { RunnerSpec, StartRunner } from "../scheduler/types.ts";
 import { createSlotFolder } from "./folder.ts";
 import { withSlotCache, type SlotCacheHooks } from "./runner.ts";
 
@@ -18,7 +18,7 @@ export type SlotCacheSettings = {
 
 export type SlotCache = {
   /** Runners started with their slots restored, and saved when they stop. */
-  wrap(start: StartRunner, engine: () => Promise<string>, observe?: Pick<SlotCacheHooks, "restoring" | "restored">): StartRunner;
+  wrap(start: StartRunner, engine: (spec?: RunnerSpec) => Promise<string>, observe?: Pick<SlotCacheHooks, "restoring" | "restored">): StartRunner;
   /** On SIGTERM: saves made from now on end by `deadline` (ms since the epoch), or are dropped. */
   shutdownBy(deadline: number): void;
   /** A deleted model's saved caches go with it (its weights' path, as runners are given it). */

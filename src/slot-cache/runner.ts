@@ -12,8 +12,8 @@ import { promptHolders, SOMEONE } from "./per-key.ts";
 
 export type SlotCacheHooks = {
   folder: SlotFolder;
-  /** llama-server's version: a cache another engine saved is never loaded. */
-  engine: () => Promise<string>;
+  /** The build the runner runs (its version, and which build): a cache another engine saved is never loaded. */
+  engine: (spec?: RunnerSpec) => Promise<string>;
   /** How long a stopping runner's saves may take now (0: none is made). */
   saveWithinMs: () => number;
   /** How long a loading runner's restores may take in all; default a minute. */
@@ -61,7 +61,7 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
   return async (spec, signal) => {
     // Embeddings and reranking hold no conversation.
     if (spec.mode !== "completion") return start(spec, signal);
-    const key = cacheKey(spec, await hooks.engine());
+    const key = cacheKey(spec, await hooks.engine(spec));
     // A folder that cannot be used (a read-only disk) costs the cache, never the load.
     const usable = await hooks.folder.prune().then(
       () => true,

@@ -111,6 +111,8 @@ describe("over the Unix socket with the /exp/vDD4.40 prefix", () => {
       last_used: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
       keep_alive: "5m",
       threads: expect.any(Number),
+      engine: "builtin",
+      engine_version: expect.any(String),
       context_size: expect.any(Number),
       slots: 4,
       memory: {

@@ -14,6 +14,8 @@ export type Stack = {
   socket: string;
   dir: string;
   server: ServerProcess;
+  /** The registry the models were pulled from (engine builds may be published there too). */
+  registry: Registry;
   /** Stops the server (SIGTERM: it stops its runners) and starts it again on the same folder. */
   restart(env?: Record<string, string>): Promise<void>;
   /** Pids of the llama-server runners now alive, from the supervisor's pid files. */
@@ -78,6 +80,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       },
       socket: join(dir, "runner.sock"),
       dir,
+      registry,
       get server() {
         return server!;
       },

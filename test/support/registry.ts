@@ -22,7 +22,8 @@ export const MODEL_MEDIA = {
   license: "application/vnd.docker.ai.license",
 };
 
-export type Registry = { host: string; url: string; process: ServerProcess; stop(): Promise<void> };
+/** `storage`: the folder its blobs are kept in (tests that tamper with what it serves write there). */
+export type Registry = { host: string; url: string; process: ServerProcess; storage: string; stop(): Promise<void> };
 
 export async function freePort(host = "127.0.0.1"): Promise<number> {
   const server = createServer();
@@ -81,6 +82,7 @@ export async function startRegistry(address = "127.0.0.1", port?: number): Promi
     host,
     url,
     process,
+    storage: join(dir, "storage"),
     async stop() {
       await process.stop(5_000);
       await rm(dir, { recursive: true, force: true });

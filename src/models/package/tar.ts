@@ -14,7 +14,14 @@ import { badRequest, HttpError } from "../../http/errors.ts";
 
 const BLOCK = 512;
 
-export type TarEntry = { name: string; size: number; type: string; body: ReadableStream<Uint8Array> };
+/** `mode`: the header's permission bits; `link`: a symbolic link's target (only with `links: "inside"`). */
+export type TarEntry = { name: string; size: number; type: string; mode: number; link?: string; body: ReadableStream<Uint8Array> };
+
+/**
+ * `links: "inside"` lets symbolic links through whose target stays inside the folder the archive is
+ * unpacked in (a build's `libggml.so -> libggml.so.0`); any other link is refused all the same.
+ */
+export type TarOptions = { links?: "none" | "inside" };
 
 const badArchive = (why: string) => badRequest("invalid_archive", `the model archive is not a valid tar: ${why}`);
 
@@ -112,6 +119,19 @@ export function outside(name: string): string | undefined {
   return undefined;
 }
 
+/** Whether a symbolic link at `name` to `target` resolves inside the archive's folder. */
+function linkStaysInside(name: string, target: string): boolean {
+  if (target.startsWith("/")) return false;
+  const parts = name.replace(/^\.\//, "").split("/").slice(0, -1);
+  for (const part of target.split("/")) {
+    if (part === "..") {
+      if (parts.length === 0) return false;
+      parts.pop();
+    } else if (part !== "." && part !== "") parts.push(part);
+  }
+  return true;
+}
+
 const LINKS: Record<string, string> = { "1": "a hard link", "2": "a symbolic link" };
 
 const padding = (size: number) => (BLOCK - (size % BLOCK)) % BLOCK;
@@ -121,7 +141,7 @@ const padding = (size: number) => (BLOCK - (size % BLOCK)) % BLOCK;
  * before the next entry is asked for. Metadata entries (PAX, GNU long names) are applied, not
  * yielded. A malformed archive is a 400; a body that stalls for `stallMs` a 408.
  */
-export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number): AsyncGenerator<TarEntry> {
+export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number, options: TarOptions = {}): AsyncGenerator<TarEntry> {
   const source = byteSource(body, stallMs);
   let pending: Pending = {};
   try {
@@ -146,10 +166,11 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
       }
       const unsafe = outside(name);
       if (unsafe) throw unsafeArchive(unsafe);
-      if (LINKS[type]) {
-        const target = pending.linkpath ?? text(header.subarray(157, 257));
-        throw unsafeArchive(`the entry ${shown(name)} is ${LINKS[type]} (to ${shown(target)}): a model archive holds files only`);
+      const link = LINKS[type] ? pending.linkpath ?? text(header.subarray(157, 257)) : undefined;
+      if (link !== undefined && !(options.links === "inside" && type === "2" && linkStaysInside(name, link))) {
+        throw unsafeArchive(`the entry ${shown(name)} is ${LINKS[type]} (to ${shown(link)}): ${options.links === "inside" ? "only symbolic links that stay inside are taken" : "a model archive holds files only"}`);
       }
+      const mode = numberField(header.subarray(100, 108)) & 0o777;
       pending = {};
       let left = size;
       const entry = new ReadableStream<Uint8Array>(
@@ -164,7 +185,7 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
         },
         { highWaterMark: 0 },
       );
-      yield { name: name.replace(/^\.\//, ""), size, type, body: entry };
+      yield { name: name.replace(/^\.\//, ""), size, type, mode, ...(link !== undefined ? { link } : {}), body: entry };
       // Whatever the consumer left of the entry, then its padding.
       for (let skip = left + padding(size); skip > 0; ) {
         const chunk = await source.some(Math.min(skip, 1 << 20));
@@ -177,13 +198,17 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
   }
 }
 
-/** A ustar header for a regular file (base-256 size past 8 GiB, as GNU tar and Go write it). */
-export function tarHeader(name: string, size: number, mtime = 0): Uint8Array {
+/** What a header may say besides a regular file's name and size: its mode, a folder, a symbolic link. */
+export type HeaderOptions = { mode?: number; type?: "0" | "2" | "5"; link?: string };
+
+/** A ustar header for a regular file (base-256 size past 8 GiB, as GNU tar and Go write it), or as `options` say. */
+export function tarHeader(name: string, size: number, mtime = 0, options: HeaderOptions = {}): Uint8Array {
   const header = new Uint8Array(BLOCK);
   const put = (offset: number, value: string) => header.set(new TextEncoder().encode(value), offset);
   if (new TextEncoder().encode(name).byteLength > 100) throw new Error(`tar entry name too long: ${name}`);
+  if (new TextEncoder().encode(options.link ?? "").byteLength > 100) throw new Error(`tar link target too long: ${options.link}`);
   put(0, name);
-  put(100, "0000644\0");
+  put(100, `${(options.mode ?? 0o644).toString(8).padStart(7, "0")}\0`);
   put(108, "0000000\0");
   put(116, "0000000\0");
   if (size < 8 ** 11) put(124, `${size.toString(8).padStart(11, "0")}\0`);
@@ -192,7 +217,8 @@ export function tarHeader(name: string, size: number, mtime = 0): Uint8Array {
     for (let i = 135, v = size; i > 124; i--, v = Math.floor(v / 256)) header[i] = v % 256;
   }
   put(136, `${Math.floor(mtime).toString(8).padStart(11, "0")}\0`);
-  put(156, "0");
+  put(156, options.type ?? "0");
+  if (options.link !== undefined) put(157, options.link);
   put(257, "ustar\0");
   put(263, "00");
   header.fill(32, 148, 156);

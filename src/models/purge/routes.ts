@@ -9,7 +9,10 @@ import { parseAge, purge, type DeleteModel } from "./purge.ts";
 /** Incomplete downloads younger than this are kept by default: a pull may resume from them. */
 export const DEFAULT_INCOMPLETE_AGE = "1h";
 
-export function purgeRoute(store: ModelStore, deleteModel: DeleteModel): Route {
+/** What a purge frees besides the models' store (the engine store's builds and leftovers). */
+export type AlsoPurge = (all: boolean) => Promise<{ removed: string[]; files: number; bytes: number }>;
+
+export function purgeRoute(store: ModelStore, deleteModel: DeleteModel, alsoPurge?: AlsoPurge): Route {
   return {
     method: "DELETE",
     path: "/models/purge",
@@ -17,7 +20,10 @@ export function purgeRoute(store: ModelStore, deleteModel: DeleteModel): Route {
       const query = new URL(request.url).searchParams;
       const all = query.get("unused") !== "true";
       const incompleteOlderThanMs = parseAge(query.get("older-than") ?? DEFAULT_INCOMPLETE_AGE);
-      return Response.json(await purge(store, { all, incompleteOlderThanMs }, deleteModel));
+      const report = await purge(store, { all, incompleteOlderThanMs }, deleteModel);
+      const also = await alsoPurge?.(all);
+      if (!also) return Response.json(report);
+      return Response.json({ ...report, removed_files: report.removed_files + also.files, freed_bytes: report.freed_bytes + also.bytes, engines_removed: also.removed });
     },
   };
 }

@@ -62,8 +62,24 @@ export function registryBaseUrl(host: string, insecureHosts: string[]): string {
   return `${isPlainHttp(host, insecureHosts) ? "http" : "https"}://${host}`;
 }
 
+/**
+ * An image of one platform, for the engine images (src/engines): an image index (or Docker's
+ * manifest list) is then followed to that platform's manifest, and Docker's own image manifest is
+ * taken beside OCI's. Without it, only a model artifact's OCI manifest is.
+ */
+export type ImagePlatform = { os: string; architecture: string };
+
+const IMAGE_TYPES = {
+  indexes: ["application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json"],
+  manifests: [MediaTypes.manifest, "application/vnd.docker.distribution.manifest.v2+json"],
+};
+
+const IndexBody = z.object({
+  manifests: z.array(Descriptor.extend({ platform: z.object({ os: z.string(), architecture: z.string() }).optional() })),
+});
+
 export type Repository = {
-  manifest(signal: AbortSignal): Promise<Manifest>;
+  manifest(signal: AbortSignal, platform?: ImagePlatform): Promise<Manifest>;
   blob(descriptor: Descriptor, signal: AbortSignal): Promise<Uint8Array>;
   blobSource(descriptor: Descriptor): BlobSource;
 };
@@ -111,27 +127,44 @@ export function openRepository(reference: ModelReference, options: RegistryOptio
   const bytesOf = (response: Response, t: Transfer, limit: number, limitText: string) =>
     upstream(t.signal, `${who} broke off sending ${t.what}`, () => readBounded(response, limit, t, limitText));
 
+  /**
+   * The manifest at `target`: a model artifact's OCI manifest; with `platform`, an image's (OCI's or
+   * Docker's), an index followed once to the platform's entry (`viaIndex`: this is that entry).
+   */
+  async function readManifest(signal: AbortSignal, target: string, platform: ImagePlatform | undefined, viaIndex: boolean): Promise<Manifest> {
+    const image = platform !== undefined || viaIndex;
+    const t = transfer(`the manifest of ${reference.key}`, signal);
+    const accept = image ? [...IMAGE_TYPES.manifests, ...(viaIndex ? [] : IMAGE_TYPES.indexes)].join(", ") : MediaTypes.manifest;
+    const response = await send(`/manifests/${target}`, { accept }, t);
+    await checkStatus(response, `${image ? "image" : "model"} ${reference.key}`);
+    const bytes = await bytesOf(response, t, DOCUMENT_LIMIT, DOCUMENT_LIMIT_TEXT);
+    const digest = digestOf(bytes);
+    if (target.startsWith("sha256:") && digest !== target) throw upstreamFailure(`the manifest does not match ${target}`);
+    const mediaType = response.headers.get("content-type")?.split(";")[0];
+    let body: unknown;
+    try {
+      body = JSON.parse(new TextDecoder().decode(bytes));
+    } catch {
+      throw unsupportedArtifact("the registry's manifest is not JSON");
+    }
+    const kind = (body as { mediaType?: string } | null)?.mediaType ?? mediaType ?? "";
+    if (platform && !viaIndex && IMAGE_TYPES.indexes.includes(kind)) {
+      const entries = IndexBody.safeParse(body).data?.manifests ?? [];
+      const chosen = entries.find((m) => m.platform?.os === platform.os && m.platform.architecture === platform.architecture);
+      if (!chosen) throw unsupportedArtifact(`${reference.key} has no image for ${platform.os}/${platform.architecture}`);
+      return readManifest(signal, chosen.digest, undefined, true);
+    }
+    const parsed = ManifestBody.safeParse(body);
+    const taken: string[] = image ? IMAGE_TYPES.manifests : [MediaTypes.manifest];
+    if (!parsed.success || !taken.includes(parsed.data.mediaType ?? mediaType ?? "")) {
+      throw unsupportedArtifact(`${reference.key} is not a ${image ? "container image" : "model artifact"} (manifest ${parsed.data?.mediaType ?? mediaType})`);
+    }
+    return { bytes, digest, config: parsed.data.config, layers: parsed.data.layers };
+  }
+
   return {
-    async manifest(signal) {
-      const target = reference.digest ?? reference.tag;
-      const t = transfer(`the manifest of ${reference.key}`, signal);
-      const response = await send(`/manifests/${target}`, { accept: MediaTypes.manifest }, t);
-      await checkStatus(response, `model ${reference.key}`);
-      const bytes = await bytesOf(response, t, DOCUMENT_LIMIT, DOCUMENT_LIMIT_TEXT);
-      const digest = digestOf(bytes);
-      if (reference.digest && digest !== reference.digest) throw upstreamFailure(`the manifest does not match ${reference.digest}`);
-      const mediaType = response.headers.get("content-type")?.split(";")[0];
-      let body: unknown;
-      try {
-        body = JSON.parse(new TextDecoder().decode(bytes));
-      } catch {
-        throw unsupportedArtifact("the registry's manifest is not JSON");
-      }
-      const parsed = ManifestBody.safeParse(body);
-      if (!parsed.success || (parsed.data.mediaType ?? mediaType) !== MediaTypes.manifest) {
-        throw unsupportedArtifact(`${reference.key} is not a model artifact (manifest ${parsed.data?.mediaType ?? mediaType})`);
-      }
-      return { bytes, digest, config: parsed.data.config, layers: parsed.data.layers };
+    async manifest(signal, platform) {
+      return readManifest(signal, reference.digest ?? reference.tag, platform, false);
     },
     async blob(descriptor, signal) {
       const t = transfer(`blob ${descriptor.digest}`, signal);

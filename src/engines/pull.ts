@@ -1,0 +1,114 @@
+import { createHash } from "node:crypto";
+import { open, readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { env } from "node:process";
+import { describeBuild } from "../../sidecar/index.ts";
+import { unsupportedArtifact, upstreamFailure } from "../models/errors.ts";
+import { parseReference } from "../models/reference.ts";
+import { openRepository, type Descriptor, type RegistryOptions } from "../models/registry/client.ts";
+import type { Runtime } from "../runtime/types.ts";
+import { badRequest } from "../http/errors.ts";
+import { glibcRefusal, hostGlibc, neededGlibc } from "./glibc.ts";
+import { hostArch, locate } from "./layout.ts";
+import type { EngineRecord, EngineStore } from "./store.ts";
+import { LAYER_TYPES, markExecutable, unpackLayer, type Modes } from "./unpack.ts";
+
+// A pull of an engine image, through the registry client the models use: the manifest, then each
+// layer streamed to a file while its digest and size are checked, then unpacked (unpack.ts); the
+// layout finds llama-server, the host's C library is checked against what the build needs, and
+// only then is the build run, once, for its `--version` and `--help`. A failure at any step
+// leaves nothing in the store.
+
+/** The most an engine image's layers may hold together: a CUDA build is about 2 GiB. */
+export const ENGINE_MAX_BYTES = 8 * 1024 ** 3;
+
+export type PullDeps = {
+  store: EngineStore;
+  registry: RegistryOptions;
+  runtime: Runtime;
+  defaultRegistry?: string;
+  /** Whether the host has a GPU: picks a CUDA build from an image that holds several. */
+  gpu: () => Promise<boolean>;
+  hostGlibc?: () => Promise<string | undefined>;
+};
+
+export async function pullEngine(input: string, deps: PullDeps, signal: AbortSignal): Promise<EngineRecord> {
+  const reference = parseReference(input, deps.defaultRegistry ? { defaultRegistry: deps.defaultRegistry } : {});
+  const repository = openRepository(reference, deps.registry);
+  // Of an image for several platforms, this host's (Linux, its architecture).
+  const manifest = await repository.manifest(signal, { os: "linux", architecture: hostArch() });
+  // The same build under another name: kept once, under the name it came with first.
+  const known = (await deps.store.list()).find((r) => r.digest === manifest.digest);
+  if (known) return known;
+  const size = manifest.layers.reduce((sum, l) => sum + l.size, 0);
+  if (size > ENGINE_MAX_BYTES) throw unsupportedArtifact(`${reference.key} holds ${size} bytes, more than an engine may (${ENGINE_MAX_BYTES})`);
+  const unknown = manifest.layers.find((l) => !LAYER_TYPES.includes(l.mediaType));
+  if (unknown) throw unsupportedArtifact(`${reference.key} has a layer of type ${unknown.mediaType}: an engine image's layers are tar files, plain or gzip`);
+  const incoming = await deps.store.incoming();
+  try {
+    const image = join(incoming.dir, "image");
+    const modes: Modes = new Map();
+    for (const [i, layer] of manifest.layers.entries()) {
+      const file = join(incoming.dir, `layer-${i}`);
+      await download(repository.blobSource(layer), layer, file, signal);
+      await unpackLayer(file, layer.mediaType.endsWith("gzip"), image, modes);
+      await rm(file);
+    }
+    const tag = reference.tag;
+    const found = await locate(image, tag, await deps.gpu());
+    if (!found) throw unsupportedArtifact(`${reference.key} holds no llama-server where llama.cpp's images (app/llama-server) or Docker Model Runner's (com.docker.llama-server.native.linux.<variant>.<arch>/bin) keep it`);
+    const binaryDir = found.binary.split("/").slice(0, -1).join("/");
+    await markExecutable(image, [binaryDir, ...found.libraryDirs], modes);
+    await refuseNewerGlibc(image, [binaryDir, ...found.libraryDirs], reference.key, deps.hostGlibc ?? hostGlibc);
+    const libraryDirs = found.libraryDirs.map((d) => join(image, d));
+    const described = await describeBuild(deps.runtime, join(image, found.binary), env, libraryDirs).catch((error: Error) => {
+      throw badRequest("engine_unusable", `${reference.key} does not run here: ${error.message}`);
+    });
+    const record: EngineRecord = {
+      name: tag,
+      reference: reference.key,
+      digest: manifest.digest,
+      layout: found.layout,
+      variant: found.variant,
+      binary: found.binary,
+      libraryDirs: found.libraryDirs,
+      version: described.version,
+      flags: described.flags,
+      size,
+      pulledAt: new Date().toISOString(),
+    };
+    await incoming.commit(record);
+    return record;
+  } catch (error) {
+    await incoming.discard();
+    throw error;
+  }
+}
+
+/** The layer's bytes into `file`, refused unless they are its size and digest. */
+async function download(source: ReturnType<ReturnType<typeof openRepository>["blobSource"]>, layer: Descriptor, file: string, signal: AbortSignal): Promise<void> {
+  const { body } = await source({ start: 0 }, signal);
+  const hash = createHash("sha256");
+  const out = await open(file, "wx", 0o600);
+  let bytes = 0;
+  try {
+    for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+      bytes += chunk.byteLength;
+      if (bytes > layer.size) throw upstreamFailure(`layer ${layer.digest} is longer than its ${layer.size} bytes: refused`);
+      hash.update(chunk);
+      await out.write(chunk);
+    }
+  } finally {
+    await out.close();
+  }
+  if (bytes !== layer.size) throw upstreamFailure(`layer ${layer.digest} ended after ${bytes} of its ${layer.size} bytes`);
+  const digest = `sha256:${hash.digest("hex")}`;
+  if (digest !== layer.digest) throw upstreamFailure(`layer ${layer.digest} does not match its digest (got ${digest}): refused, nothing of it is kept`);
+}
+
+/** A build needing a newer glibc than the host's is refused before anything of it runs. */
+async function refuseNewerGlibc(image: string, dirs: string[], key: string, host: () => Promise<string | undefined>): Promise<void> {
+  const files = (await Promise.all(dirs.map(async (d) => (await readdir(join(image, d)).catch(() => [] as string[])).map((f) => join(image, d, f))))).flat();
+  const why = glibcRefusal(await neededGlibc(files), await host());
+  if (why) throw badRequest("engine_needs_newer_glibc", `${key} cannot run on this host: ${why}`);
+}

@@ -1,0 +1,152 @@
+import * as z from "zod";
+import { readJson as readJsonUpTo } from "../http/body.ts";
+import { badRequest, HttpError } from "../http/errors.ts";
+import type { Caller } from "../keys/keyring.ts";
+import type { Route } from "../http/router.ts";
+import type { IRequest } from "itty-router";
+import type { ModelStore } from "../models/index.ts";
+import type { Scheduler } from "../scheduler/scheduler.ts";
+import type { SettingsStore } from "../scheduler/settings.ts";
+import { BUILTIN, type Engines } from "./index.ts";
+import { checkName, type EngineRecord } from "./store.ts";
+import { officialImage, hasGpu } from "./layout.ts";
+
+// The engine builds over HTTP: list, pull, remove, choose the default, and what happened to them;
+// with Docker Model Runner's install-backend / uninstall-backend shapes beside ours.
+
+export type EngineRouteDeps = {
+  engines: Engines;
+  /** Who asks: pulling, choosing and removing builds is an admin's (a pulled build is a program run here). */
+  identify: (request: Request) => Caller;
+  scheduler: Scheduler;
+  store: Pick<ModelStore, "resolve">;
+  settings: SettingsStore;
+};
+
+const BODY_LIMIT = 16 * 1024;
+const readJson = <T>(request: Request, schema: z.ZodType<T>) => readJsonUpTo(request, BODY_LIMIT, schema);
+
+const PullBody = z.strictObject({ reference: z.string().trim().min(1).max(512) });
+const UseBody = z.strictObject({ name: z.string().trim().min(1).max(300).nullable() });
+// DMR's backend bodies; `version` (a llama.cpp release, `b6100`) or `reference` (an image) name the build.
+const BackendBody = z.looseObject({
+  backend: z.string().min(1),
+  version: z.string().trim().min(1).max(300).optional(),
+  reference: z.string().trim().min(1).max(512).optional(),
+});
+
+const ENGINE = "llama.cpp";
+
+const shown = (r: EngineRecord, isDefault: boolean, runners: number) => ({
+  name: r.name,
+  reference: r.reference,
+  digest: r.digest,
+  version: r.version,
+  variant: r.variant,
+  layout: r.layout,
+  size: r.size,
+  pulled_at: r.pulledAt,
+  default: isDefault,
+  runners,
+});
+
+export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
+  const { engines, scheduler } = deps;
+  const moveRunners = runnerMover(deps);
+
+  const runnersOn = (digest: string) => scheduler.runners().filter((r) => r.engine?.digest === digest).length;
+
+  async function list(): Promise<Response> {
+    const defaultName = await engines.defaultName();
+    const chosen = defaultName === BUILTIN ? undefined : await engines.store.find(defaultName);
+    const builtin = await engines.build(BUILTIN).then(
+      (b) => ({ name: BUILTIN, version: b.version }),
+      (error: Error) => ({ name: BUILTIN, error: error.message }),
+    );
+    const pulled = (await engines.store.list()).map((r) => shown(r, chosen?.digest === r.digest, runnersOn(r.digest)));
+    const builtinRunners = scheduler.runners().filter((r) => !r.engine || r.engine.name === BUILTIN).length;
+    return Response.json({ default: defaultName, builds: [{ ...builtin, default: defaultName === BUILTIN, runners: builtinRunners }, ...pulled] });
+  }
+
+  async function pull(request: Request): Promise<Response> {
+    const { reference } = await readJson(request, PullBody);
+    const record = await engines.pull(checkName(reference), request.signal);
+    return Response.json(shown(record, false, 0), { status: 201 });
+  }
+
+  async function remove(name: string): Promise<Response> {
+    const named = [await engines.defaultName(), ...Object.values(await deps.settings.all()).flatMap((s) => (s.engine ? [s.engine] : []))];
+    const record = await engines.remove(checkName(name), (b) => scheduler.runners().some((r) => r.engine?.digest !== undefined && r.engine.digest === b.digest), named);
+    return Response.json({ removed: record.name, digest: record.digest, reference: record.reference });
+  }
+
+  async function use(request: Request): Promise<Response> {
+    const { name } = await readJson(request, UseBody);
+    const chosen = await engines.use(name === null ? undefined : checkName(name));
+    // Models that name their own engine keep it.
+    const own = new Set(Object.entries(await deps.settings.all()).flatMap(([id, s]) => (s.engine ? [id] : [])));
+    const moving = moveRunners((id) => !own.has(id));
+    return Response.json({ default: chosen.name, version: chosen.version, runners_moving: moving });
+  }
+
+  /** DMR's install-backend: a llama.cpp build by version or image, pulled and made the default. */
+  async function installBackend(request: Request): Promise<Response> {
+    const body = await readJson(request, BackendBody);
+    if (body.backend !== ENGINE) throw badRequest("unsupported_backend", `only the ${ENGINE} backend is served here, not ${JSON.stringify(body.backend.slice(0, 100))}`);
+    const wanted = body.reference ?? (body.version ? officialImage(body.version, await hasGpu()) : undefined);
+    if (!wanted) return Response.json({ backend: ENGINE, installed: BUILTIN });
+    const record = await engines.pull(checkName(wanted), request.signal);
+    const chosen = await engines.use(record.reference);
+    return Response.json({ backend: ENGINE, installed: chosen.name, version: chosen.version, digest: record.digest, runners_moving: moveRunners() });
+  }
+
+  async function uninstallBackend(request: Request): Promise<Response> {
+    const body = await readJson(request, BackendBody);
+    if (body.backend !== ENGINE) throw badRequest("unsupported_backend", `only the ${ENGINE} backend is served here`);
+    const name = body.reference ?? body.version;
+    if (!name) throw badRequest("invalid_engine", "say which build: version or reference");
+    return remove(name);
+  }
+
+  /** Only an admin key (the Unix socket, and everyone where no keys are asked, are admins). */
+  const adminOnly =
+    (handle: (request: IRequest) => Promise<Response>) =>
+    (request: IRequest): Promise<Response> => {
+      if (!deps.identify(request).admin) throw new HttpError(403, "permission_error", "admin_only", "pulling, choosing and removing engine builds takes an admin key: a build is a program this host runs");
+      return handle(request);
+    };
+
+  return [
+    { method: "GET", path: "/engines/builds", handle: list },
+    { method: "POST", path: "/engines/builds", handle: adminOnly(pull) },
+    { method: "POST", path: "/engines/builds/default", handle: adminOnly(use) },
+    { method: "DELETE", path: "/engines/builds/:name+", handle: adminOnly((request) => remove(String(request.params.name))) },
+    { method: "GET", path: "/engines/events", handle: () => Response.json(engines.events.list()) },
+    { method: "POST", path: "/engines/install-backend", handle: adminOnly(installBackend) },
+    { method: "POST", path: "/engines/uninstall-backend", handle: adminOnly(uninstallBackend) },
+  ];
+}
+
+/**
+ * Moves every loaded runner (of the models `only` keeps) whose build is no longer the one its
+ * model's settings name, in the background: each move's outcome goes to the events. Returns how
+ * many runners were looked at.
+ */
+export function runnerMover(deps: Pick<EngineRouteDeps, "engines" | "scheduler" | "store">): (only?: (modelId: string) => boolean) => number {
+  const { engines, scheduler } = deps;
+  return function moveRunners(only?: (modelId: string) => boolean): number {
+    const runners = scheduler.runners().filter((r) => r.state === "ready" && (!only || only(r.modelId)));
+    for (const runner of runners) void moveOne(runner.modelId, runner.mode, runner.model);
+    return runners.length;
+  };
+
+  async function moveOne(modelId: string, mode: Parameters<Scheduler["upgrade"]>[1], name: string): Promise<void> {
+    const model = await deps.store.resolve(modelId);
+    if (!model) return;
+    const outcome = await scheduler.upgrade(model, mode).catch((error: Error) => ({ kind: "failed" as const, why: error.message, to: undefined, from: undefined }));
+    const engine = outcome.to ?? "?";
+    if (outcome.kind === "upgraded") engines.events.add({ kind: "upgraded", engine, model: name, message: `${mode} runner moved from ${outcome.from} to ${outcome.to}; the old one finishes its requests, then stops` });
+    if (outcome.kind === "when-idle") engines.events.add({ kind: "retire_when_idle", engine, model: name, message: `no room for a second ${mode} runner: the one on ${outcome.from} retires when idle, the next load uses ${outcome.to}` });
+    if (outcome.kind === "failed") engines.events.add({ kind: "upgrade_failed", engine, model: name, message: `the ${mode} runner stays on ${outcome.from ?? "its build"}: ${engine} failed to load: ${outcome.why}` });
+  }
+}

@@ -1,0 +1,266 @@
+import { mkdir, readdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
+import { ask, openStream } from "../support/http.ts";
+import { until } from "../support/until.ts";
+import { needingNewGlibc, publishBuild, tamperBlob } from "../support/engine-builds.ts";
+import { llamadock } from "../cli/command.ts";
+
+// Engines end to end: llama.cpp builds published to a real registry (the setup's llama-server, and
+// the same binary behind wrappers that play other releases), pulled by the server, chosen per model
+// and as the default, runners moved to a new build with a request in flight, flags spelled for each
+// build, and what must be refused refused: a tampered layer, a build needing a newer glibc, a
+// setting a build lacks.
+
+type Ps = { model_name: string; state: string; engine: string; engine_version?: string; in_flight: number }[];
+type Event = { kind: string; engine: string; model?: string; message: string };
+
+const chat = (model: string) => ({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, ...NO_EARLY_STOP });
+/** A generation that goes on until its client leaves (context shift on, end of stream ignored). */
+const endless = (model: string) => ({ model, prompt: "x", max_tokens: 1_000_000, ignore_eos: true, stream: true });
+
+function api(stack: Stack) {
+  const target = () => ({ url: stack.url });
+  return {
+    ask: (method: string, path: string, body?: object) => ask(target(), method, path, body),
+    ps: async () => (await ask(target(), "GET", "/engines/ps")).json() as Ps,
+    events: async () => (await ask(target(), "GET", "/engines/events")).json() as Event[],
+    configure: (body: object) => ask(target(), "POST", "/engines/_configure", body),
+    stream: (body: object, count: number) => openStream(target(), "/engines/v1/completions", body, count),
+  };
+}
+
+describe("engines on Bun: pull, choose, upgrade, refuse", () => {
+  let stack: Stack;
+  let http: ReturnType<typeof api>;
+  const refs: Record<string, string> = {};
+  beforeAll(async () => {
+    // Room for a runner on the new build beside the old ones: without it, the old one retires when idle instead.
+    stack = await startStack({ models: ["ai/tiny", "ai/other"], env: { INFERENCE_MAX_TOKENS: "1000000", INFERENCE_MAX_RUNNERS: "4" } });
+    http = api(stack);
+    refs.v1 = (await publishBuild(stack.registry, "as-built", "v1")).reference;
+    refs.v2 = (await publishBuild(stack.registry, "renamed", "v2")).reference;
+    refs.broken = (await publishBuild(stack.registry, "broken", "broken")).reference;
+  }, 120_000);
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it("pulls two builds side by side, each with its version, variant and digest, and counts them in df", async () => {
+    for (const tag of ["v1", "v2"]) {
+      const pulled = await http.ask("POST", "/engines/builds", { reference: refs[tag]! });
+      expect(pulled.status, pulled.body).toBe(201);
+      expect(pulled.json()).toMatchObject({ name: tag, variant: "cpu", layout: "llama.cpp", digest: expect.stringMatching(/^sha256:/) });
+    }
+    const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string; version: string; default: boolean }[] };
+    expect(builds.map((b) => b.name)).toEqual(["builtin", "v1", "v2"]);
+    expect(builds[0]!.default).toBe(true);
+    expect(builds[2]!.version).toMatch(/^0\.4\.9-renamed /);
+    expect(builds[1]!.version).toBe(builds[0]!.version);
+    const df = (await http.ask("GET", "/engines/df")).json() as { engines_disk_usage: number };
+    expect(df.engines_disk_usage).toBeGreaterThan(1_000_000);
+    // Only the unpacked builds are kept: no layer file, no unfinished pull.
+    const folders = await readdir(join(stack.dir, "models", "engines"));
+    expect(folders.filter((f) => f.startsWith(".incoming"))).toEqual([]);
+  });
+
+  it("follows an image index to this host's platform", async () => {
+    const manifest = await fetch(`${stack.registry.url}/v2/llamadock/llama-server/manifests/v2`, { headers: { accept: "application/vnd.oci.image.manifest.v1+json" } });
+    const bytes = new Uint8Array(await manifest.arrayBuffer());
+    const digest = manifest.headers.get("docker-content-digest")!;
+    const entry = (architecture: string) => ({ mediaType: "application/vnd.oci.image.manifest.v1+json", digest, size: bytes.byteLength, platform: { os: "linux", architecture } });
+    const index = { schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: [entry("s390x"), entry(process.arch === "arm64" ? "arm64" : "amd64")] };
+    const put = await fetch(`${stack.registry.url}/v2/llamadock/llama-server/manifests/multi`, { method: "PUT", headers: { "content-type": index.mediaType }, body: JSON.stringify(index) });
+    expect(put.status).toBe(201);
+    const pulled = await http.ask("POST", "/engines/builds", { reference: refs.v2!.replace(/:v2$/, ":multi") });
+    expect(pulled.status, pulled.body).toBe(201);
+    // The platform's manifest is v2's: the build already there.
+    expect(pulled.json()).toMatchObject({ name: "v2", digest });
+  });
+
+  it("takes Docker Model Runner's backend layout: the binary in bin/, its libraries in lib/", async () => {
+    const dmr = await publishBuild(stack.registry, "as-built", "dmr-cpu", (folder) => writeFile(join(folder, "NOTES"), "dmr"), { kind: "docker-model-runner", variant: "cpu" });
+    const pulled = await http.ask("POST", "/engines/builds", { reference: dmr.reference });
+    expect(pulled.status, pulled.body).toBe(201);
+    expect(pulled.json()).toMatchObject({ name: "dmr-cpu", layout: "docker-model-runner", variant: "cpu", version: expect.stringMatching(/^0\.5\.0-dev /) });
+    expect((await http.configure({ model: "ai/tiny", engine: "dmr-cpu" })).status).toBe(202);
+    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"));
+    expect(answer.status, answer.body).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "dmr-cpu" });
+    expect((await http.configure({ model: "ai/tiny", engine: "v1" })).status).toBe(202);
+    await until(async () => (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest").map((r) => `${r.engine} ${r.state}`).join() === "v1 ready", "ai/tiny on v1 alone");
+    expect((await http.ask("DELETE", "/engines/builds/dmr-cpu")).status).toBe(200);
+  });
+
+  it("launches a model on the build its settings name, and says which in ps and status", async () => {
+    expect((await http.configure({ model: "ai/tiny", engine: "v1", "runtime-flags": ["--context-shift"] })).status).toBe(202);
+    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"));
+    expect(answer.status, answer.body).toBe(200);
+    const other = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"));
+    expect(other.status, other.body).toBe(200);
+    const ps = await http.ps();
+    expect(ps.find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v1" });
+    expect(ps.find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "builtin" });
+    const status = (await http.ask("GET", "/engines/status?runners")).json() as { runners: { model: string; engine: string }[] };
+    expect(status.runners.map((r) => r.engine).sort()).toEqual(["builtin", "v1"]);
+  });
+
+  it("moves a model to a new build with a request in flight: the request goes on, the old runner retires when idle", async () => {
+    const stream = http.stream(endless("ai/tiny"), 3);
+    await stream.started;
+    const seen = (await http.events()).length;
+    expect((await http.configure({ model: "ai/tiny", engine: "v2" })).status).toBe(202);
+    await until(async () => (await http.events()).slice(seen).some((e) => e.kind === "upgraded" && e.model === "ai/tiny:latest"), "the move to v2");
+    // Both runners now: the new one serving, the old one finishing the request it holds.
+    const during = (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest");
+    expect(during.map((r) => `${r.engine} ${r.state}`).sort()).toEqual(["v1 draining", "v2 ready"]);
+    const before = stream.text().length;
+    await until(() => stream.text().length > before + 200, "more of the stream after the move");
+    expect(stream.status()).toBe(200);
+    // A new request goes to the new build while the old one still streams.
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    stream.hangUp();
+    await until(async () => (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest").length === 1, "the old runner to retire");
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v2", state: "ready" });
+    expect(await stack.runnerLogs()).toMatch(/llama-server 0\.4\.9-renamed .*\(v2\)/);
+  });
+
+  it("spells a renamed flag the way the build takes it, and refuses a flag the build lacks by name", async () => {
+    expect((await http.configure({ model: "ai/tiny", "runtime-flags": ["--context-shift", "-cms", "4096"] })).status).toBe(202);
+    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"));
+    expect(answer.status, answer.body).toBe(200);
+    // v2 spells it -cpent; its wrapper turns it back for the binary, which would refuse -cpent.
+    expect(await stack.runnerLogs()).toMatch(/\(v2\): .*--context-shift -cpent 4096/);
+    const refused = await http.configure({ model: "ai/tiny", "runtime-flags": ["--swa-full"] });
+    expect(refused.status).toBe(400);
+    expect(refused.json().error).toMatchObject({ code: "unsupported_by_engine", message: expect.stringMatching(/llama-server v2 \(0\.4\.9-renamed .*\) has no flag --swa-full/) });
+    // The same flag on the build that has it is taken.
+    expect((await http.configure({ model: "ai/other", "runtime-flags": ["--swa-full"] })).status).toBe(202);
+  });
+
+  it("keeps the old build serving when the new one fails to load, and says why", async () => {
+    expect((await http.ask("POST", "/engines/builds", { reference: refs.broken! })).status).toBe(201);
+    expect((await http.configure({ model: "ai/tiny", engine: "broken" })).status).toBe(202);
+    await until(async () => (await http.events()).some((e) => e.kind === "upgrade_failed"), "the failed move");
+    const failed = (await http.events()).find((e) => e.kind === "upgrade_failed")!;
+    expect(failed.message).toMatch(/stays on v2: broken failed to load/);
+    expect(stack.server.output()).toMatch(/engine upgrade_failed: ai\/tiny:latest/);
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v2", state: "ready" });
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    expect((await http.configure({ model: "ai/tiny", engine: "v2" })).status).toBe(202);
+  });
+
+  it("moves the runners of models without their own engine when the default changes, and will not remove a build in use", async () => {
+    const used = await http.ask("POST", "/engines/builds/default", { name: "v1" });
+    expect(used.json()).toMatchObject({ default: "v1" });
+    await until(async () => (await http.ps()).some((r) => r.model_name === "ai/other:latest" && r.engine === "v1" && r.state === "ready"), "ai/other on v1");
+    await until(async () => (await http.ps()).filter((r) => r.model_name === "ai/other:latest").length === 1, "ai/other's old runner to go");
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v2" });
+    const inUse = await http.ask("DELETE", "/engines/builds/v1");
+    expect(inUse.status).toBe(409);
+    expect(inUse.json().error.type).toBe("conflict_error");
+    const removed = await http.ask("DELETE", "/engines/builds/broken");
+    expect(removed.status, removed.body).toBe(200);
+  });
+
+  it("refuses a tampered layer and a build needing a newer glibc, keeping nothing of them", async () => {
+    // A build of its own (a file more), so that no build already pulled shares its digest.
+    const tampered = await publishBuild(stack.registry, "as-built", "tampered", (folder) => writeFile(join(folder, "NOTES"), "tampered"));
+    await tamperBlob(stack.registry, tampered.layer.digest);
+    const refusedTamper = await http.ask("POST", "/engines/builds", { reference: tampered.reference });
+    expect(refusedTamper.status).toBe(502);
+    expect(refusedTamper.json().error.message).toMatch(/does not match its digest/);
+    const glibc = await publishBuild(stack.registry, "as-built", "newglibc", needingNewGlibc);
+    const refusedGlibc = await http.ask("POST", "/engines/builds", { reference: glibc.reference });
+    expect(refusedGlibc.status).toBe(400);
+    expect(refusedGlibc.json().error).toMatchObject({ code: "engine_needs_newer_glibc", message: expect.stringMatching(/needs GLIBC_2\.99 and this host's C library is GLIBC_2\.\d+/) });
+    const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string }[] };
+    expect(builds.map((b) => b.name)).toEqual(["builtin", "v1", "v2"]);
+    const folders = await readdir(join(stack.dir, "models", "engines"));
+    expect(folders.filter((f) => f.startsWith(".incoming"))).toEqual([]);
+  });
+
+  it("lists, pulls, chooses and removes builds with the command, keeps one build pulled under two names once, and serves DMR's backend calls", async () => {
+    const cli = (...args: string[]) => llamadock(["--host", stack.url, ...args], {});
+    const ls = await cli("engine", "ls");
+    expect(ls.code, ls.stderr).toBe(0);
+    expect(ls.stdout).toMatch(/^ {2}NAME\s+VERSION\s+VARIANT\s+DIGEST\s+SIZE\s+RUNNERS\s+PULLED\s+REFERENCE\n {2}builtin\s+0\.5\.0-dev .*\n\* v1\s+0\.5\.0-dev .*\n {2}v2\s+0\.4\.9-renamed /);
+    // The setup's build published again under another tag is the same digest: nothing new is kept.
+    const again = await publishBuild(stack.registry, "as-built", "v1-again");
+    const pulled = await cli("engine", "pull", again.reference);
+    expect(pulled.stdout).toMatch(/^Pulled v1: llama-server 0\.5\.0-dev/);
+    const used = await cli("engine", "use", "builtin");
+    expect(used.stdout).toMatch(/^Default engine: builtin \(0\.5\.0-dev .*\); 1 loaded runner moving/);
+    await until(async () => (await http.ps()).filter((r) => r.model_name === "ai/other:latest").map((r) => `${r.engine} ${r.state}`).join() === "builtin ready", "ai/other back on builtin alone");
+    const removed = await cli("engine", "rm", "v1");
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(removed.stdout).toMatch(/^Removed v1 \(sha256:/);
+    // DMR's shapes: install pulls and makes the default; uninstall of the default is refused.
+    const installed = await http.ask("POST", "/engines/install-backend", { backend: "llama.cpp", reference: refs.v1! });
+    expect(installed.status, installed.body).toBe(200);
+    expect(installed.json()).toMatchObject({ backend: "llama.cpp", installed: "v1" });
+    const uninstall = await http.ask("POST", "/engines/uninstall-backend", { backend: "llama.cpp", version: "v1" });
+    expect(uninstall.status).toBe(409);
+    expect((await http.ask("POST", "/engines/install-backend", { backend: "vllm" })).status).toBe(400);
+  });
+
+  it("purges a pull left unfinished, counting its bytes", async () => {
+    const leftover = join(stack.dir, "models", "engines", ".incoming-left");
+    await mkdir(leftover, { recursive: true });
+    await writeFile(join(leftover, "layer-0"), new Uint8Array(100_000));
+    const purged = await http.ask("DELETE", "/models/purge?unused=true&older-than=0");
+    expect(purged.status, purged.body).toBe(200);
+    expect(purged.json()).toMatchObject({ engines_removed: [], removed_files: expect.any(Number) });
+    expect(purged.json().freed_bytes).toBeGreaterThanOrEqual(100_000);
+    expect((await readdir(join(stack.dir, "models", "engines"))).filter((f) => f.startsWith(".incoming"))).toEqual([]);
+  });
+});
+
+describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack({ runtime, models: ["ai/tiny", "ai/other"] });
+  }, 120_000);
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it("pulls a build, runs a model on it with a renamed flag spelled for it, and moves it to another", async () => {
+    const http = api(stack);
+    const v2 = (await publishBuild(stack.registry, "renamed", "v2")).reference;
+    const v1 = (await publishBuild(stack.registry, "as-built", "v1")).reference;
+    for (const reference of [v1, v2]) expect((await http.ask("POST", "/engines/builds", { reference })).status).toBe(201);
+    expect((await http.configure({ model: "ai/tiny", engine: "v2", "runtime-flags": ["-cms", "4096"] })).status).toBe(202);
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    expect(await stack.runnerLogs()).toMatch(/\(v2\): .*-cpent 4096/);
+    expect((await http.configure({ model: "ai/tiny", engine: "v1" })).status).toBe(202);
+    await until(async () => (await http.ps()).some((r) => r.engine === "v1" && r.state === "ready"), "the move to v1");
+    await until(async () => (await http.ps()).length === 1, "the old runner to go");
+    expect(await stack.runnerLogs()).toMatch(/\(v1\): .*-cms 4096/);
+  });
+
+  it("takes the default from DMR's LLAMA_SERVER_VERSION, pulling a build not yet there when first needed", async () => {
+    const http = api(stack);
+    const v3 = await publishBuild(stack.registry, "as-built", "v3", (folder) => writeFile(join(folder, "NOTES"), "v3"));
+    await stack.restart({ LLAMA_SERVER_VERSION: v3.reference });
+    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"));
+    expect(answer.status, answer.body).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "v3" });
+    expect((await http.ask("GET", "/engines/status")).json()["llama.cpp"]).toMatch(/^Running: llama\.cpp 0\.5\.0-dev .* \(engine v3\)$/);
+    // A model that names its own build keeps it.
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v1" });
+  });
+
+  it("lets only an admin key pull, choose or remove builds; any key lists them", async () => {
+    await stack.restart({ API_KEYS: "plain-key" });
+    const as = (method: string, path: string, body?: object) => ask({ url: stack.url }, method, path, body, { authorization: "Bearer plain-key" });
+    expect((await as("GET", "/engines/builds")).status).toBe(200);
+    for (const [method, path, body] of [["POST", "/engines/builds", { reference: "llamadock/llama-server:v1" }], ["POST", "/engines/builds/default", { name: "v1" }], ["DELETE", "/engines/builds/v1", undefined]] as const) {
+      const refused = await as(method, path, body);
+      expect(refused.status, path).toBe(403);
+      expect(refused.json().error).toMatchObject({ type: "permission_error", code: "admin_only" });
+    }
+  });
+});

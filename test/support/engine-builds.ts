@@ -1,0 +1,85 @@
+import { execFileSync } from "node:child_process";
+import { chmod, mkdtemp, readFile, rename, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { env } from "node:process";
+import { resolveLlamaServerBinary } from "../../sidecar/index.ts";
+import { detectRuntime } from "../../src/runtime/index.ts";
+import { publishEngine, type PublishLayout, type Published } from "../../src/engines/publish.ts";
+import type { Registry } from "./registry.ts";
+
+// llama.cpp builds for engine tests, made of the one the setup builds: that build itself, and the
+// same binary behind a thin shell wrapper that plays another release. `renamed`: its --help spells
+// `-cms` the older way (`-cpent, --checkpoint-every-n-tokens`), lists no `--swa-full`, and it
+// reports another version; it turns `-cpent` back into `-cms` for the real binary. `broken`: it
+// answers --help and --version as the real one, then fails to serve.
+
+export type BuildKind = "as-built" | "renamed" | "broken";
+
+/** The setup's build folder: llama-server and its libraries. */
+export async function builtFolder(): Promise<string> {
+  const binary = await resolveLlamaServerBinary({ runtime: await detectRuntime(), env });
+  return dirname(binary.path);
+}
+
+const WRAPPERS: Record<Exclude<BuildKind, "as-built">, string> = {
+  renamed: `#!/bin/sh
+here="$(dirname "$0")"
+case "$1" in
+  --help) "$here/llama-server-real" --help | sed -e 's/^-cms,  --checkpoint-min-step N/-cpent, --checkpoint-every-n-tokens N/' -e '/^--swa-full/d'; exit $? ;;
+  --version) "$here/llama-server-real" --version 2>&1 | sed -e 's/^version: /version: 0.4.9-renamed /'; exit 0 ;;
+esac
+for arg do
+  shift
+  if [ "$arg" = "-cpent" ]; then set -- "$@" -cms; else set -- "$@" "$arg"; fi
+done
+exec "$here/llama-server-real" "$@"
+`,
+  broken: `#!/bin/sh
+here="$(dirname "$0")"
+case "$1" in
+  --help|--version) exec "$here/llama-server-real" "$@" ;;
+esac
+echo "this build cannot load models" >&2
+exit 3
+`,
+};
+
+/** A folder holding a build of `kind`, made from the setup's build. */
+export async function makeBuild(kind: BuildKind): Promise<string> {
+  const folder = join(await mkdtemp(join(tmpdir(), `llamadock-engine-${kind}-`)), "bin");
+  // -a: the libraries' links stay links, as they are in the image.
+  execFileSync("cp", ["-a", await builtFolder(), folder]);
+  if (kind === "as-built") return folder;
+  await rename(join(folder, "llama-server"), join(folder, "llama-server-real"));
+  await writeFile(join(folder, "llama-server"), WRAPPERS[kind]);
+  await chmod(join(folder, "llama-server"), 0o755);
+  return folder;
+}
+
+/** Pushes the build of `kind` (changed by `alter`) to the registry as `llamadock/llama-server:<tag>`. */
+export async function publishBuild(registry: Registry, kind: BuildKind, tag: string, alter?: (folder: string) => Promise<void>, layout?: PublishLayout): Promise<Published> {
+  const folder = await makeBuild(kind);
+  await alter?.(folder);
+  return publishEngine(folder, `${registry.host}/llamadock/llama-server:${tag}`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} }, layout);
+}
+
+/** A library of the build made to need a glibc no host has yet (its version needs say GLIBC_2.99). */
+export async function needingNewGlibc(folder: string): Promise<void> {
+  const library = join(folder, execFileSync("sh", ["-c", `cd "${folder}" && ls libggml-base.so.*.*`], { encoding: "utf8" }).trim().split("\n")[0]!);
+  const bytes = await readFile(library);
+  const text = bytes.toString("latin1");
+  const found = /GLIBC_2\.\d\d\0/.exec(text);
+  if (!found) throw new Error(`no two-digit GLIBC_2.x version need in ${library}`);
+  bytes.write("GLIBC_2.99", found.index, "latin1");
+  await writeFile(library, bytes);
+}
+
+/** Replaces what the registry serves for a blob with as many other bytes (the registry does not check them again). */
+export async function tamperBlob(registry: Registry, digest: string): Promise<void> {
+  const hex = digest.slice("sha256:".length);
+  const data = join(registry.storage, "docker", "registry", "v2", "blobs", "sha256", hex.slice(0, 2), hex, "data");
+  const bytes = await readFile(data);
+  bytes[bytes.length >> 1] = bytes[bytes.length >> 1]! ^ 0xff;
+  await writeFile(data, bytes);
+}
