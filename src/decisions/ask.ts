@@ -5,7 +5,7 @@ import { LOCAL_CALLER } from "../keys/keyring.ts";
 import { modelNotFound } from "../models/errors.ts";
 import { resolveOr404 } from "../models/lookup.ts";
 import type { StoredModel } from "../models/index.ts";
-import { decisionMethod, isDecisionModel } from "./capability.ts";
+import { decisionMethod, isDecisionModel } from "../models/decisions.ts";
 import { askEngine, type EngineAnswer } from "./engine.ts";
 import type { Answer, Ask } from "./core.ts";
 import { askAll, type Usage } from "./slots.ts";

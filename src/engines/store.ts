@@ -2,7 +2,7 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promise
 import { join } from "node:path";
 import * as z from "zod";
 import type { EngineBuild } from "../../sidecar/index.ts";
-import { folderBytes } from "../inference/disk.ts";
+import { folderBytes } from "../models/store/files.ts";
 import { badRequest, HttpError } from "../http/errors.ts";
 
 // The engine store: llama.cpp builds side by side, each in a folder named by its manifest's digest

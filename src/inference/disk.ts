@@ -1,7 +1,8 @@
-import { readdir, stat } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { stat } from "node:fs/promises";
+import { dirname } from "node:path";
 import type { LlamaServerBinary } from "../../sidecar/index.ts";
 import type { ModelStore } from "../models/index.ts";
+import { folderBytes } from "../models/store/files.ts";
 
 // Docker Model Runner's `GET /engines/df`: bytes of the model store and of the inference engine;
 // ours adds what of the store nothing uses (what a purge of unused files frees), and of that what
@@ -15,18 +16,6 @@ export type DiskUsage = {
   /** Ours: the builds pulled into the engine store, all of them. */
   engines_disk_usage: number;
 };
-
-/** Bytes of the files under `folder`, links not followed; 0 when it does not exist. */
-export async function folderBytes(folder: string): Promise<number> {
-  const entries = await readdir(folder, { withFileTypes: true }).catch(() => []);
-  let total = 0;
-  for (const entry of entries) {
-    const path = join(folder, entry.name);
-    if (entry.isDirectory()) total += await folderBytes(path);
-    else if (entry.isFile()) total += await stat(path).then((s) => s.size, () => 0);
-  }
-  return total;
-}
 
 export async function diskUsage(store: Pick<ModelStore, "root" | "unused">, binary: () => Promise<LlamaServerBinary>, engines?: { bytes(): Promise<number>; root: string }): Promise<DiskUsage> {
   // Our build's folder holds the binary and its shared libraries; one found elsewhere (on PATH) is

@@ -2,7 +2,7 @@ import type { IRequest } from "itty-router";
 import { clientGone, HttpError, notFound } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
-import { decisionMethod, systemOneMethod } from "../decisions/capability.ts";
+import { decisionMethod, systemOneMethod } from "../models/decisions.ts";
 import { referenceParam, resolveOr404 } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
@@ -48,7 +48,7 @@ export type InferenceDeps = {
 export const ENGINE = "llama.cpp";
 const BASES = [`/engines/${ENGINE}/v1`, "/engines/v1", "/v1"];
 
-/** A model as OpenAI lists it, with which way it answers decisions (see src/decisions/capability.ts). */
+/** A model as OpenAI lists it, with which way it answers decisions (see src/models/decisions.ts). */
 const openAiModel = (m: StoredModel) => {
   const decisions = decisionMethod(m);
   return { id: m.tags[0] ?? m.id, object: "model", created: m.created, owned_by: "docker", ...(decisions ? { capabilities: { decisions, systemone: systemOneMethod(m) } } : {}) };

@@ -20,7 +20,7 @@ describe.each(["/engines/llama.cpp/v1", "/engines/v1", "/v1"])("openai client at
   it("lists models", async () => {
     const page = await client(base).models.list();
     expect(page.data.map((m) => m.id).sort()).toEqual([expect.stringMatching(/(^|\/)ai\/embedder:latest$/), expect.stringMatching(/(^|\/)ai\/tiny:latest$/)]);
-    // A chat model says it answers decisions, and how (see src/decisions/capability.ts); an embedder does not.
+    // A chat model says it answers decisions, and how (see src/models/decisions.ts); an embedder does not.
     for (const model of page.data) {
       const decisions = model.id.includes("embedder") ? {} : { capabilities: { decisions: "chat-next-token", systemone: "chat-next-token" } };
       expect(model).toEqual({ id: expect.any(String), object: "model", created: expect.any(Number), owned_by: "docker", ...decisions });

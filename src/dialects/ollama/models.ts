@@ -1,4 +1,4 @@
-import { decisionMethod, systemOneMethod } from "../../decisions/capability.ts";
+import { decisionMethod, systemOneMethod } from "../../models/decisions.ts";
 import type { StoredModel } from "../../models/index.ts";
 import type { ProgressShape } from "../../models/index.ts";
 import type { PullEvent } from "../../models/pull/plan.ts";

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, open, rename, statfs, unlink } from "node:fs/promises";
-import { dirname } from "node:path";
+import { mkdir, open, readdir, rename, stat, statfs, unlink } from "node:fs/promises";
+import { dirname, join } from "node:path";
 
 // Small file helpers every store module shares: a write is made to a temporary name beside the
 // target, flushed to disk, then renamed over it, so a reader (or a crash) sees the old or the new
@@ -50,3 +50,16 @@ export async function freeSpace(path: string): Promise<number | undefined> {
     return isMissing(error) && parent !== path ? freeSpace(parent) : undefined;
   }
 }
+
+/** Bytes of the files under `folder`, links not followed; 0 when it does not exist. */
+export async function folderBytes(folder: string): Promise<number> {
+  const entries = await readdir(folder, { withFileTypes: true }).catch(() => []);
+  let total = 0;
+  for (const entry of entries) {
+    const path = join(folder, entry.name);
+    if (entry.isDirectory()) total += await folderBytes(path);
+    else if (entry.isFile()) total += await stat(path).then((s) => s.size, () => 0);
+  }
+  return total;
+}
+

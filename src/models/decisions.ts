@@ -1,14 +1,19 @@
-import type { StoredModel } from "../models/index.ts";
-import { CHAT_METHOD, ENGINE_METHOD } from "./method.ts";
+import type { StoredModel } from "./index.ts";
 
-// Which way a model answers decisions, as /v1/models, /models/{name} and Ollama's /api/show say it.
+// Which way a model answers decisions (src/decisions/), as /v1/models, /models/{name} and Ollama's
+// /api/show say it: a property of the stored model, read from its GGUF header.
+
+/** A chat model's next-token probabilities over the labels, not a calibrated decision model's. */
+export const CHAT_METHOD = "chat-next-token";
+/** The engine's own answer, for a decision model on an engine that serves it. */
+export const ENGINE_METHOD = "engine";
 
 /** The header field of a "decision model" (llama.cpp's own kind, for its server's `/v1/systemone`). */
 export const DECISION_TYPE_KEY = "decision.type";
 
 /**
  * `chat-next-token` for a model that generates text (its next-token probabilities over the labels:
- * see slots.ts); undefined for one that only embeds or ranks (a pooling type in its GGUF), which
+ * see src/decisions/slots.ts); undefined for one that only embeds or ranks (a pooling type in its GGUF), which
  * cannot be asked.
  */
 export function decisionMethod(model: StoredModel): typeof CHAT_METHOD | undefined {
