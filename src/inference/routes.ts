@@ -18,6 +18,7 @@ import { structuredRequest } from "./structured.ts";
 import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
 import { bothTimers, type Meter, type Ticket } from "./usage/meter.ts";
 import type { RequestTimer } from "./latency.ts";
+import { prefixOf, sessionOf } from "./session.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -156,7 +157,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const waitFrom = performance.now();
   let lease: Lease;
   try {
-    const wish = { caller: caller.name, lane: options.lane ?? "interactive", keepAlive: options.keepAlive, contextSize: options.contextSize };
+    const wish = { caller: caller.name, lane: options.lane ?? "interactive", keepAlive: options.keepAlive, contextSize: options.contextSize, ...agentSession(deps, endpoint, request, json, caller) };
     lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, wish);
   } catch (error) {
     if (request.signal.aborted) throw clientGone();
@@ -174,6 +175,21 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const clock = { startedAt, waitedMs };
   const key = deps.promptsPerKey ? caller.name : undefined;
   return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key, reshape: options.reshape });
+}
+
+/** Endpoints whose prompt a slot keeps: a session's requests there go back to its slot (src/scheduler/affinity.ts). */
+const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "messages", "responses"]);
+
+/**
+ * The agent session a request belongs to and the digest of its prompt's start. Where prompts are
+ * kept per key, starts are too: a key never waits for, nor is handed, a copy of another key's slot.
+ */
+function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request, json: unknown, caller: Caller) {
+  if (!CONVERSING.has(endpoint)) return {};
+  const session = sessionOf(request.headers, json);
+  if (session === undefined) return {};
+  const prefix = prefixOf(json);
+  return { session, prefix: prefix !== undefined && deps.promptsPerKey ? `${caller.name}:${prefix}` : prefix };
 }
 
 /**
