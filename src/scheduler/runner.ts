@@ -4,7 +4,7 @@ import type { RunnerProcess, StartRunner } from "./types.ts";
 import { formatSize } from "../models/gguf.ts";
 import { watchRunner, type Watchdog } from "./watchdog.ts";
 import { createLease, type Lease, type LeaseSlot } from "./lease.ts";
-import { FairQueue, type Turn } from "./fair-queue.ts";
+import { FairQueue, SHARED_WINDOW_MS, type Turn } from "./fair-queue.ts";
 import type { RunnerOptions } from "./runner-options.ts";
 import { SlotTable, type Placement } from "./affinity.ts";
 import { PrefixCopies } from "./prefix-copies.ts";
@@ -48,6 +48,8 @@ export class Runner {
   #state: RunnerState = "loading";
   #lastUsed = Date.now();
   #lastInteractive: number | undefined;
+  /** When a request of an agent session last came (see inFlightCap). */
+  #sessionAt: number | undefined;
   #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
@@ -103,9 +105,20 @@ export class Runner {
     this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
   }
 
-  /** Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts). */
+  /**
+   * Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts).
+   * None is queued there while agent sessions use the runner: a request in its queue takes the
+   * first slot that is idle there, and a slot the table gave a follower (see affinity.ts) is idle
+   * until the follower's copy is restored: taken meanwhile, the start is processed once more.
+   */
   private inFlightCap(lane: Turn["lane"] = "interactive"): number {
-    return this.options.slots + (lane === "batch" || this.waiters.shared() ? 0 : (this.options.ahead ?? 0));
+    const queued = lane === "batch" || this.waiters.shared() || this.sessionsRecently() ? 0 : (this.options.ahead ?? 0);
+    return this.options.slots + queued;
+  }
+
+  /** Whether a request of an agent session came within SHARED_WINDOW_MS. */
+  private sessionsRecently(): boolean {
+    return this.#sessionAt !== undefined && Date.now() - this.#sessionAt < SHARED_WINDOW_MS;
   }
 
   get waiting(): number {
@@ -122,6 +135,7 @@ export class Runner {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
     this.waiters.note(turn.caller, turn.lane);
+    if (turn.session !== undefined) this.#sessionAt = Date.now();
     if (turn.lane === "interactive") this.#lastInteractive = Date.now();
     if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn));
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
