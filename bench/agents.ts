@@ -29,7 +29,8 @@ const SHAPE = { vocabulary: "bpe" as const, seed: 1, context: 32768 };
 
 const runtime = await detectRuntime();
 const stack = await startStack({ models: [], shaped: { [MODEL]: SHAPE }, env: { INFERENCE_SLOTS: String(SLOTS), INFERENCE_THREADS: "2" } });
-const viaUs = runtime.unixFetch(stack.socket);
+// Over TCP, as agents connect (over our Unix socket, Bun cut a stream silent for 10 s during a long prompt).
+const viaUs = ((input: string, init: RequestInit) => fetch(new URL(new URL(input).pathname, stack.url), { ...init, timeout: false } as RequestInit)) as typeof fetch;
 
 /** The start of every session of one run (`salt` keeps one run's start from another's caches). */
 function start(salt: string): { system: string; tools: object[] } {
@@ -193,6 +194,7 @@ try {
   for (const line of lines) console.log(line);
 } catch (error) {
   console.error(stack.server.output().slice(-3000));
+  console.error((await stack.runnerLogs()).slice(-3000));
   throw error;
 } finally {
   await stack.stop();

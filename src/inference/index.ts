@@ -86,6 +86,7 @@ export function createInference(
     ...(identify ? { identify } : {}),
     meter: createMeter(ledger, limiter),
     promptsPerKey: config.promptsPerKey,
+    sessionAffinity: config.sessionAffinity,
   };
   const routes = [
     ...inferenceRoutes(deps),

@@ -43,6 +43,8 @@ export type InferenceDeps = {
   meter?: Meter;
   /** Each request's key is named to its runner, which reuses caches per key (src/slot-cache/per-key.ts). */
   promptsPerKey?: boolean;
+  /** Agent sessions' requests are placed on their runner's slots (src/scheduler/affinity.ts). */
+  sessionAffinity?: boolean;
 };
 
 export const ENGINE = "llama.cpp";
@@ -185,7 +187,7 @@ const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "messag
  * kept per key, starts are too: a key never waits for, nor is handed, a copy of another key's slot.
  */
 function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request, json: unknown, caller: Caller) {
-  if (!CONVERSING.has(endpoint)) return {};
+  if (!deps.sessionAffinity || !CONVERSING.has(endpoint)) return {};
   const session = sessionOf(request.headers, json);
   if (session === undefined) return {};
   const prefix = prefixOf(json);

@@ -15,8 +15,11 @@
 /** What the table knows of one slot: whose conversation it holds, the start it has, and whether a request runs on it. */
 export type SlotState = { session?: string | undefined; prefix?: string | undefined; busy: boolean; usedAt: number };
 
-/** What a request brings: its session (with its key: names are per key) and the digest of its prompt's start. */
-export type Ask = { session?: string | undefined; prefix?: string | undefined };
+/**
+ * What a request brings: its session (with its key: names are per key), the digest of its prompt's
+ * start, and whose leaders it may wait for (its key's: another key's long answer never holds it).
+ */
+export type Ask = { session?: string | undefined; prefix?: string | undefined; group?: string | undefined };
 
 /**
  * Where a request goes:
@@ -35,8 +38,8 @@ export type Placement =
   | { kind: "follow"; slot: number; from: number };
 
 /**
- * The placement of `ask` among `slots`, given the slot of a request now processing each start
- * (`leading`). A session with its slot free goes back to it; a session whose slot is busy (a side
+ * The placement of `ask` among `slots`, given the slot of a request now processing each group's
+ * start (`leading`). A session with its slot free goes back to it; a session whose slot is busy (a side
  * request of the same session) is left to llama-server. Any other gives up a slot: an empty one,
  * else the free one least recently used. If that slot does not hold the request's start, the
  * start is copied in from a free slot that holds it, else from the request processing it (once
@@ -55,7 +58,7 @@ export function placement(slots: readonly SlotState[], ask: Ask, leading: Readon
   if (slots[slot]!.prefix === ask.prefix) return { kind: "take", slot, lead: false };
   const holding = free.filter((i) => slots[i]!.prefix === ask.prefix);
   if (holding.length > 0) return { kind: "follow", slot, from: leastUsed(holding) };
-  const leader = leading.get(ask.prefix);
+  const leader = leading.get(ask.group ?? ask.prefix);
   if (leader !== undefined) return { kind: "follow", slot, from: leader };
   return { kind: "take", slot, lead: true };
 }
@@ -63,8 +66,10 @@ export function placement(slots: readonly SlotState[], ask: Ask, leading: Readon
 /** The slots of one runner as its grants and releases leave them. */
 export class SlotTable {
   private readonly slots: SlotState[];
-  /** Start digest -> the slot of the request processing it for others to follow (until it ends). */
+  /** Group (see Ask) -> the slot of the request processing its start for others to follow (until it ends). */
   private readonly leading = new Map<string, number>();
+  /** Slot -> the group its leader leads. */
+  private readonly leads = new Map<number, string>();
 
   constructor(count: number) {
     this.slots = Array.from({ length: count }, () => ({ busy: false, usedAt: 0 }));
@@ -77,7 +82,11 @@ export class SlotTable {
     // A session moved: the slot it held is no longer its own (its conversation is overwritten there in time).
     for (const s of this.slots) if (s.session === ask.session) s.session = undefined;
     this.slots[where.slot] = { session: ask.session, prefix: ask.prefix, busy: true, usedAt: now };
-    if (where.kind === "take" && where.lead) this.leading.set(ask.prefix!, where.slot);
+    if (where.kind === "take" && where.lead) {
+      const group = ask.group ?? ask.prefix!;
+      this.leading.set(group, where.slot);
+      this.leads.set(where.slot, group);
+    }
     return where;
   }
 
@@ -87,7 +96,9 @@ export class SlotTable {
     const slot = this.slots[where.slot]!;
     slot.busy = false;
     slot.usedAt = now;
-    if (slot.prefix !== undefined && this.leading.get(slot.prefix) === where.slot) this.leading.delete(slot.prefix);
+    const group = this.leads.get(where.slot);
+    if (group !== undefined && this.leading.get(group) === where.slot) this.leading.delete(group);
+    this.leads.delete(where.slot);
   }
 
   /** The state, for views and tests. */

@@ -53,6 +53,13 @@ describe("the slot table", () => {
     expect(["a", "b", "c"].map((session) => table.place({ session, prefix: "p" }, 7))).toEqual([0, 1, 2].map((slot) => ({ kind: "own", slot })));
   });
 
+  it("a request waits only for a leader of its own group (its key's)", () => {
+    const table = new SlotTable(3);
+    table.place({ session: "a", prefix: "p", group: "k1" }, 1);
+    expect(table.place({ session: "b", prefix: "p", group: "k2" }, 2)).toEqual({ kind: "take", slot: 1, lead: true });
+    expect(table.place({ session: "c", prefix: "p", group: "k1" }, 3)).toEqual({ kind: "follow", slot: 2, from: 0 });
+  });
+
   it("once its leader ended, a start is copied from the leader's slot, now free", () => {
     const table = new SlotTable(2);
     const lead = table.place({ session: "a", prefix: "p" }, 1);
