@@ -284,7 +284,8 @@ export class Runner {
    */
   private place({ caller, session, prefix }: Turn): Placement {
     if (session === undefined || this.#inUse >= this.options.slots) return { kind: "any" };
-    return this.slotTable.place({ session: `${caller}\u0000${session}`, prefix, group: `${caller}\u0000${prefix}` }, Date.now());
+    const group = prefix === undefined ? undefined : `${caller}\u0000${prefix}`;
+    return this.slotTable.place({ session: `${caller}\u0000${session}`, prefix, group }, Date.now());
   }
 
   private leaseSlot(where: Placement): LeaseSlot {
