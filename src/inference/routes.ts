@@ -179,8 +179,14 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key, reshape: options.reshape });
 }
 
-/** Endpoints whose prompt a slot keeps: a session's requests there go back to its slot (src/scheduler/affinity.ts). */
+/**
+ * Endpoints whose prompt a slot keeps: a session's requests there go back to its slot
+ * (src/scheduler/affinity.ts). Anthropic's Messages only take turns by session: llama-server
+ * v0.5.0 translates them to a chat keeping only the fields it knows, and drops `id_slot`, so no
+ * slot can be named for them (it picks by longest shared prefix itself).
+ */
 const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "messages", "responses"]);
+const SLOTLESS = new Set<Endpoint>(["messages"]);
 
 /**
  * The agent session a request belongs to and the digest of its prompt's start. Where prompts are
@@ -190,6 +196,7 @@ function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request,
   if (!deps.sessionAffinity || !CONVERSING.has(endpoint)) return {};
   const session = sessionOf(request.headers, json);
   if (session === undefined) return {};
+  if (SLOTLESS.has(endpoint)) return { session, placed: false };
   const prefix = prefixOf(json);
   return { session, prefix: prefix !== undefined && deps.promptsPerKey ? `${caller.name}:${prefix}` : prefix };
 }

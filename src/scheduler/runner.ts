@@ -135,7 +135,7 @@ export class Runner {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
     this.waiters.note(turn.caller, turn.lane);
-    if (turn.session !== undefined) this.#sessionAt = Date.now();
+    if (turn.session !== undefined && turn.placed !== false) this.#sessionAt = Date.now();
     if (turn.lane === "interactive") this.#lastInteractive = Date.now();
     if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn));
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
@@ -282,8 +282,8 @@ export class Runner {
    * llama-server's own queue beyond them finds no slot free, and is left to it), by the table.
    * Sessions are named per caller: one key never lands on another's slot by naming its session.
    */
-  private place({ caller, session, prefix }: Turn): Placement {
-    if (session === undefined || this.#inUse >= this.options.slots) return { kind: "any" };
+  private place({ caller, session, prefix, placed }: Turn): Placement {
+    if (session === undefined || placed === false || this.#inUse >= this.options.slots) return { kind: "any" };
     const group = prefix === undefined ? undefined : `${caller}\u0000${prefix}`;
     return this.slotTable.place({ session: `${caller}\u0000${session}`, prefix, group }, Date.now());
   }

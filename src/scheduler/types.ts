@@ -67,6 +67,8 @@ export type RunnerWish = {
   session?: string | undefined;
   /** The digest of its prompt's start (system prompt and tools), shared by sessions of one agent. */
   prefix?: string | undefined;
+  /** false: no slot can be named for it (llama-server drops `id_slot` there); its session only takes turns. */
+  placed?: boolean;
 };
 
 export type Lane = "interactive" | "batch";

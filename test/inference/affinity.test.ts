@@ -48,6 +48,19 @@ describe("agent sessions sharing a runner", () => {
     expect(again.prompt_n).toBeLessThan(60);
   });
 
+  it("Claude Code's session (its header, on /v1/messages) is left to llama-server's own choice of slot, which finds its conversation", async () => {
+    const messages = (extra: object[]) => [{ role: "user", content: "Fix the failing test in parser.ts, please." }, ...extra];
+    const send = async (extra: object[]) => {
+      const body = { model: "ai/agent", system: system("gamma"), messages: messages(extra), max_tokens: 2, temperature: 0 };
+      const answer = await ask({ url: stack.url }, "POST", "/v1/messages", body, { "x-claude-code-session-id": "claude-1" });
+      expect(answer.status, answer.body).toBe(200);
+      return answer.json().usage as { input_tokens: number; cache_read_input_tokens: number };
+    };
+    const opened = await send([]);
+    const again = await send([{ role: "assistant", content: "I read it." }, { role: "user", content: "Run the tests." }]);
+    expect(again.cache_read_input_tokens, JSON.stringify(again)).toBeGreaterThanOrEqual(opened.input_tokens + opened.cache_read_input_tokens - 1);
+  });
+
   it("K sessions opened together over one long start process it about once between them", async () => {
     const tasks = ["Fix the bug in lexer.ts.", "Add a test for the CLI.", "Explain the build script."];
     const opened = await Promise.all(tasks.map((task, i) => turn("beta", `session-${i}`, [{ role: "user", content: task }])));
