@@ -83,10 +83,12 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   };
   let upstream: Response;
   const sentAt = performance.now();
-  lease.sending(forwarded.stream);
   try {
-    // A follower's copy of the slot that processed its prompt's start, restored first (see src/scheduler/affinity.ts).
+    // A follower's copy of the slot that processed its prompt's start, restored first (see
+    // src/scheduler/affinity.ts); only then is it sent, and watched: its wait for the leader's
+    // answer is no silence of the runner's.
     if (lease.ready) await lease.ready(call.signal).catch((error: unknown) => failed(forwarded, error, call.signal));
+    lease.sending(forwarded.stream);
     upstream = await send(lease.slot === undefined ? forwarded : { ...forwarded, body: inSlot(forwarded.body, lease.slot) }, call.signal);
   } catch (error) {
     release();
