@@ -75,6 +75,7 @@ function toConfig(s: SettingValues) {
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
       slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },
       promptsPerKey: s.INFERENCE_PROMPT_CACHE_PER_KEY,
+      sessionAffinity: s.INFERENCE_SESSION_AFFINITY,
     },
   };
 }

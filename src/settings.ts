@@ -199,6 +199,9 @@ export const Settings = z.object({
   // Where keys share a runner, a cache one key made is reused for another's prompt with the same
   // start, which shows in timings: true keeps reuse to a runner only one key has used (per-key.ts).
   INFERENCE_PROMPT_CACHE_PER_KEY: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),
+  // Agent sessions' requests sent to their slots, and sessions opened together over one start
+  // given copies of the slot that processed it (src/scheduler/affinity.ts); false: llama-server picks.
+  INFERENCE_SESSION_AFFINITY: z.enum(["true", "false"]).default("true").transform((v) => v === "true"),
 });
 
 

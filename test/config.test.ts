@@ -103,6 +103,12 @@ describe("security settings", () => {
     expect(() => loadConfig({ INFERENCE_CACHE_RAM: "lots" }, [])).toThrow(/INFERENCE_CACHE_RAM/);
     expect(() => loadConfig({ INFERENCE_CTX_CHECKPOINTS: "33" }, [])).toThrow(/INFERENCE_CTX_CHECKPOINTS/);
   });
+
+  it("places agent sessions on their slots unless INFERENCE_SESSION_AFFINITY is false", () => {
+    expect(loadConfig({}, []).inference.sessionAffinity).toBe(true);
+    expect(loadConfig({ INFERENCE_SESSION_AFFINITY: "false" }, []).inference.sessionAffinity).toBe(false);
+    expect(() => loadConfig({ INFERENCE_SESSION_AFFINITY: "no" }, [])).toThrow(/INFERENCE_SESSION_AFFINITY/);
+  });
 });
 
 

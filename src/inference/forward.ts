@@ -84,9 +84,13 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   };
   let upstream: Response;
   const sentAt = performance.now();
-  lease.sending(forwarded.stream);
   try {
-    upstream = await send(forwarded, call.signal);
+    // A follower's copy of the slot that processed its prompt's start, restored first (see
+    // src/scheduler/affinity.ts); only then is it sent, and watched: its wait for the leader's
+    // answer is no silence of the runner's.
+    if (lease.ready) await lease.ready(call.signal).catch((error: unknown) => failed(forwarded, error, call.signal));
+    lease.sending(forwarded.stream);
+    upstream = await send(lease.slot === undefined ? forwarded : { ...forwarded, body: inSlot(forwarded.body, lease.slot) }, call.signal);
   } catch (error) {
     release();
     throw error;
@@ -204,6 +208,29 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   // Callbacks, not an async frame with a loop: most requests go once, and pay for no frame.
   return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
 }
+
+async function failed(forwarded: Forwarded, error: unknown, signal: AbortSignal): Promise<never> {
+  throw await failure(forwarded, error, signal);
+}
+
+/**
+ * The body sent to one slot: `"id_slot":N` first in its object, spliced in rather than the body
+ * parsed and written again (bodies of agents run to megabytes). A client's own `id_slot` (only -1
+ * passes the body policy) comes later and wins: that request is left to llama-server's choice.
+ */
+export function inSlot(body: Uint8Array<ArrayBuffer>, slot: number): Uint8Array<ArrayBuffer> {
+  let at = 0;
+  while (at < body.length && WHITESPACE.has(body[at]!)) at++;
+  // Not an object, or an empty one: never here (bodies are checked and name their model), sent as it is.
+  if (body[at] !== 0x7b || body[at + 1] === 0x7d) return body;
+  const head = new TextEncoder().encode(`{"id_slot":${slot},`);
+  const out = new Uint8Array(head.length + body.length - at - 1);
+  out.set(head);
+  out.set(body.subarray(at + 1), head.length);
+  return out;
+}
+
+const WHITESPACE = new Set([0x20, 0x0a, 0x0d, 0x09]);
 
 /** Side questions to the request's runner (never retried: they are not the answer), dropped if its client leaves. */
 function questions({ lease, body, request }: Forwarded): RunnerQuestions {

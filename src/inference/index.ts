@@ -96,6 +96,7 @@ export function createInference(
     ...(identify ? { identify } : {}),
     meter: createMeter(ledger, limiter),
     promptsPerKey: config.promptsPerKey,
+    sessionAffinity: config.sessionAffinity,
   };
   const moveRunners = runnerMover({ engines, scheduler, store });
   const routes = [

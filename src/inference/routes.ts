@@ -19,6 +19,7 @@ import { structuredRequest } from "./structured.ts";
 import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
 import { bothTimers, type Meter, type Ticket } from "./usage/meter.ts";
 import type { RequestTimer } from "./latency.ts";
+import { prefixOf, sessionOf } from "./session.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -43,6 +44,8 @@ export type InferenceDeps = {
   meter?: Meter;
   /** Each request's key is named to its runner, which reuses caches per key (src/slot-cache/per-key.ts). */
   promptsPerKey?: boolean;
+  /** Agent sessions' requests are placed on their runner's slots (src/scheduler/affinity.ts). */
+  sessionAffinity?: boolean;
 };
 
 export const ENGINE = "llama.cpp";
@@ -161,7 +164,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const waitFrom = performance.now();
   let lease: Lease;
   try {
-    const wish = { caller: caller.name, lane: options.lane ?? "interactive", keepAlive: options.keepAlive, contextSize: options.contextSize };
+    const wish = { caller: caller.name, lane: options.lane ?? "interactive", keepAlive: options.keepAlive, contextSize: options.contextSize, ...agentSession(deps, endpoint, request, json, caller) };
     lease = await deps.scheduler.acquire(model, ENDPOINTS[endpoint].mode, request.signal, wish);
   } catch (error) {
     if (request.signal.aborted) throw clientGone();
@@ -179,6 +182,28 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const clock = { startedAt, waitedMs };
   const key = deps.promptsPerKey ? caller.name : undefined;
   return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key, reshape: options.reshape });
+}
+
+/**
+ * Endpoints whose prompt a slot keeps: a session's requests there go back to its slot
+ * (src/scheduler/affinity.ts). Anthropic's Messages only take turns by session: llama-server
+ * v0.5.0 translates them to a chat keeping only the fields it knows, and drops `id_slot`, so no
+ * slot can be named for them (it picks by longest shared prefix itself).
+ */
+const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "messages", "responses"]);
+const SLOTLESS = new Set<Endpoint>(["messages"]);
+
+/**
+ * The agent session a request belongs to and the digest of its prompt's start. Where prompts are
+ * kept per key, starts are too: a key never waits for, nor is handed, a copy of another key's slot.
+ */
+function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request, json: unknown, caller: Caller) {
+  if (!deps.sessionAffinity || !CONVERSING.has(endpoint)) return {};
+  const session = sessionOf(request.headers, json);
+  if (session === undefined) return {};
+  if (SLOTLESS.has(endpoint)) return { session, placed: false };
+  const prefix = prefixOf(json);
+  return { session, prefix: prefix !== undefined && deps.promptsPerKey ? `${caller.name}:${prefix}` : prefix };
 }
 
 /**

@@ -4,7 +4,9 @@ import type { Lane } from "./types.ts";
 // callers with a request waiting, the one served least recently goes next, each caller's own
 // requests in the order they came. So a key that sends a hundred requests at once does not push
 // another key's one request behind them: that one waits for at most one grant per other caller.
-// Batch requests wait in a lane of their own, served only while no interactive request waits, and
+// Within one caller, its agent sessions take turns the same way (the session served least
+// recently goes next), so one session's burst of requests does not hold another session of the
+// same key behind it. Batch requests wait in a lane of their own, served only while no interactive request waits, and
 // never take a runner's last free place (but on an idle runner): it is kept for interactive ones.
 //
 // While more than one caller has used the runner lately with interactive requests (`shared`):
@@ -18,7 +20,10 @@ import type { Lane } from "./types.ts";
 // Sharing ends with no request to mark it: while an interactive request waits on a shared runner,
 // a timer is armed for that moment, and the runner grants again then (see `watchSharing`).
 
-export type Turn = { caller: string; lane: Lane };
+export type Turn = { caller: string; lane: Lane; session?: string | undefined; prefix?: string | undefined; placed?: boolean | undefined };
+
+/** A waiting request and the session it belongs to (within its caller's line). */
+type Waiting<T> = { item: T; session: string | undefined };
 
 /** The time, and a timer that `cancel`s; injected so that tests move time themselves. */
 export type Clock = { now(): number; after(ms: number, then: () => void): () => void };
@@ -40,9 +45,11 @@ const LANES: Lane[] = ["interactive", "batch"];
 
 export class FairQueue<T> {
   /** Per lane, each caller's waiting requests in order; a caller is present only while it has some. */
-  private readonly lanes: Record<Lane, Map<string, T[]>> = { interactive: new Map(), batch: new Map() };
+  private readonly lanes: Record<Lane, Map<string, Waiting<T>[]>> = { interactive: new Map(), batch: new Map() };
   /** Caller -> the grant number of its last grant (never served: absent, which goes first). */
   private readonly served = new Map<string, number>();
+  /** Caller and session -> the grant number of the session's last grant (dropped with its caller's line). */
+  private readonly sessionServed = new Map<string, number>();
   private grants = 0;
   /** Caller -> when it last asked for an interactive place. */
   private readonly seen = new Map<string, number>();
@@ -99,14 +106,14 @@ export class FairQueue<T> {
   }
 
   /** Puts `item` at the end of its caller's line; the function returned takes it out again (false if it had gone). */
-  push(item: T, { caller, lane }: Turn): () => boolean {
+  push(item: T, { caller, lane, session }: Turn): () => boolean {
     const lines = this.lanes[lane];
     const line = lines.get(caller) ?? [];
     if (line.length === 0) lines.set(caller, line);
-    line.push(item);
+    line.push({ item, session });
     this.#length++;
     return () => {
-      const at = line.indexOf(item);
+      const at = line.findIndex((w) => w.item === item);
       if (at < 0) return false;
       line.splice(at, 1);
       if (line.length === 0 && lines.get(caller) === line) lines.delete(caller);
@@ -173,12 +180,33 @@ export class FairQueue<T> {
     }
     this.hold({ caller: pick, lane });
     const line = lines.get(pick)!;
-    const item = line.shift()!;
+    const [{ item, session }] = line.splice(this.nextOfLine(pick, line), 1) as [Waiting<T>];
     if (line.length === 0) lines.delete(pick);
     this.#length--;
     this.served.set(pick, ++this.grants);
+    if (session !== undefined) this.sessionServed.set(sessionName(pick, session), this.grants);
+    if (!this.lanes.interactive.has(pick) && !this.lanes.batch.has(pick)) this.forgetSessions(pick);
     if (this.lanes.interactive.size === 0) this.unwatch();
     return item;
+  }
+
+  /** Where in `caller`'s line the next grant is: its session served least recently (no session: a session of its own), the first of ties. */
+  private nextOfLine(caller: string, line: Waiting<T>[]): number {
+    let at = 0;
+    let atServed = Infinity;
+    for (let i = 0; i < line.length; i++) {
+      const session = line[i]!.session;
+      const served = session === undefined ? -1 : (this.sessionServed.get(sessionName(caller, session)) ?? -1);
+      if (served < atServed) [at, atServed] = [i, served];
+      if (served === -1) break;
+    }
+    return at;
+  }
+
+  /** A caller with nothing waiting: its sessions' turns start afresh (the map holds only callers waiting). */
+  private forgetSessions(caller: string): void {
+    const prefix = sessionName(caller, "");
+    for (const name of this.sessionServed.keys()) if (name.startsWith(prefix)) this.sessionServed.delete(name);
   }
 
   /**
@@ -210,11 +238,15 @@ export class FairQueue<T> {
   clear(): T[] {
     const items: T[] = [];
     for (const lane of LANES) {
-      for (const line of this.lanes[lane].values()) items.push(...line);
+      for (const line of this.lanes[lane].values()) items.push(...line.map((w) => w.item));
       this.lanes[lane].clear();
     }
+    this.sessionServed.clear();
     this.#length = 0;
     this.unwatch();
     return items;
   }
 }
+
+/** A session's name within its caller's (NUL: in neither a key's name nor a header). */
+const sessionName = (caller: string, session: string) => `${caller}\u0000${session}`;

@@ -24,13 +24,21 @@ export interface Lease {
   sending(stream: boolean): void;
   heard(chunk?: Uint8Array): void;
   release(): void;
+  /** The slot the request is sent to (llama-server's `id_slot`); none: llama-server picks (see affinity.ts). */
+  readonly slot?: number;
+  /** What must be done on the runner before the request is sent (a follower's copy: see prefix-copies.ts). */
+  readonly ready?: (signal: AbortSignal) => Promise<unknown>;
 }
 
+/** Where a lease's request goes, and what precedes it (see Lease). */
+export type LeaseSlot = Pick<Lease, "slot" | "ready">;
+
 /** A lease on `process`; `released` runs once, at the first `release`. */
-export function createLease(process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void): Lease {
+export function createLease(process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void, slot: LeaseSlot = {}): Lease {
   let done = false;
   let watched: Watched | undefined;
   return {
+    ...slot,
     fetch: process.fetch,
     exited: process.exited,
     running: () => process.running(),

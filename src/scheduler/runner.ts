@@ -3,9 +3,11 @@ import { keepAliveMs } from "./policy.ts";
 import type { RunnerProcess, StartRunner } from "./types.ts";
 import { formatSize } from "../models/gguf.ts";
 import { watchRunner, type Watchdog } from "./watchdog.ts";
-import { createLease, type Lease } from "./lease.ts";
-import { FairQueue, type Turn } from "./fair-queue.ts";
+import { createLease, type Lease, type LeaseSlot } from "./lease.ts";
+import { FairQueue, SHARED_WINDOW_MS, type Turn } from "./fair-queue.ts";
 import type { RunnerOptions } from "./runner-options.ts";
+import { SlotTable, type Placement } from "./affinity.ts";
+import { PrefixCopies } from "./prefix-copies.ts";
 
 export type { Lease, RunnerOptions };
 
@@ -46,6 +48,8 @@ export class Runner {
   #state: RunnerState = "loading";
   #lastUsed = Date.now();
   #lastInteractive: number | undefined;
+  /** When a request of an agent session last came (see inFlightCap). */
+  #sessionAt: number | undefined;
   #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
@@ -55,6 +59,9 @@ export class Runner {
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
   private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Which slot each agent session's requests go to (see affinity.ts); made with the process. */
+  private slotTable: SlotTable;
+  private copies: PrefixCopies | undefined;
   private watchdog: Watchdog | undefined;
   #keepAlive: { text: string; ms: number };
   private markStopped!: () => void;
@@ -64,6 +71,7 @@ export class Runner {
     this.events = events;
     this.#keepAlive = { text: options.keepAlive, ms: keepAliveMs(options.keepAlive) };
     this.stopped = new Promise((resolve) => (this.markStopped = resolve));
+    this.slotTable = new SlotTable(options.slots);
     void this.load(start);
   }
 
@@ -97,9 +105,20 @@ export class Runner {
     this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
   }
 
-  /** Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts). */
+  /**
+   * Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts).
+   * None is queued there while agent sessions use the runner: a request in its queue takes the
+   * first slot that is idle there, and a slot the table gave a follower (see affinity.ts) is idle
+   * until the follower's copy is restored: taken meanwhile, the start is processed once more.
+   */
   private inFlightCap(lane: Turn["lane"] = "interactive"): number {
-    return this.options.slots + (lane === "batch" || this.waiters.shared() ? 0 : (this.options.ahead ?? 0));
+    const queued = lane === "batch" || this.waiters.shared() || this.sessionsRecently() ? 0 : (this.options.ahead ?? 0);
+    return this.options.slots + queued;
+  }
+
+  /** Whether a request of an agent session came within SHARED_WINDOW_MS. */
+  private sessionsRecently(): boolean {
+    return this.#sessionAt !== undefined && Date.now() - this.#sessionAt < SHARED_WINDOW_MS;
   }
 
   get waiting(): number {
@@ -116,6 +135,7 @@ export class Runner {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
     this.waiters.note(turn.caller, turn.lane);
+    if (turn.session !== undefined && turn.placed !== false) this.#sessionAt = Date.now();
     if (turn.lane === "interactive") this.#lastInteractive = Date.now();
     if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn));
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
@@ -187,6 +207,8 @@ export class Runner {
       return this.finish(false);
     }
     this.enter("ready");
+    const process = this.process;
+    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)));
     if (this.options.watch) this.watchdog = watchRunner(this.process, this.options.watch, (why) => this.hung(why));
     this.events.loaded(this, Date.now() - began);
     void this.process.exited.then((reason) => {
@@ -238,17 +260,39 @@ export class Runner {
     this.events.gone(this, crashed);
   }
 
-  private lease({ caller, lane }: Turn): Lease {
+  private lease(turn: Turn): Lease {
+    const { caller, lane } = turn;
+    const where = this.place(turn);
     this.#inUse++;
     this.cancelKeepAlive();
     return createLease(this.process!, this.death.signal, this.watchdog, () => {
       this.#inUse--;
+      this.slotTable.release(where, Date.now());
+      if (where.kind === "take" && where.lead) this.copies?.ended(where.slot);
       this.waiters.release(caller, lane);
       this.#lastUsed = Date.now();
       if (lane === "interactive") this.#lastInteractive = this.#lastUsed;
       this.grantWaiters();
       this.checkIdle();
-    });
+    }, this.leaseSlot(where));
+  }
+
+  /**
+   * The slot a granted request goes to: a session's request within the slots (one handed to
+   * llama-server's own queue beyond them finds no slot free, and is left to it), by the table.
+   * Sessions are named per caller: one key never lands on another's slot by naming its session.
+   */
+  private place({ caller, session, prefix, placed }: Turn): Placement {
+    if (session === undefined || placed === false || this.#inUse >= this.options.slots) return { kind: "any" };
+    const group = prefix === undefined ? undefined : `${caller}\u0000${prefix}`;
+    return this.slotTable.place({ session: `${caller}\u0000${session}`, prefix, group }, Date.now());
+  }
+
+  private leaseSlot(where: Placement): LeaseSlot {
+    if (where.kind === "any") return {};
+    if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
+    if (where.kind !== "follow" || !this.copies) return { slot: where.slot };
+    return { slot: where.slot, ready: this.copies.follow(where.from, where.slot) };
   }
 
   private grantWaiters(): void {

@@ -18,6 +18,15 @@ export interface RunnerProcess {
   stop(): Promise<void>;
   /** SIGKILL now: for a runner that stopped answering. Like `stop`, `exited` does not settle after it. */
   kill(): Promise<void>;
+  /** Saves one slot for others to restore (see prefix-copies.ts); absent where slots cannot be saved. */
+  copySlot?(from: number): Promise<SlotCopy | undefined>;
+}
+
+/** One slot's saved state: restored into other slots, then dropped. */
+export interface SlotCopy {
+  /** Puts the saved state into `slot` (false: llama-server refused; the slot is then empty). */
+  restore(slot: number): Promise<boolean>;
+  drop(): Promise<void>;
 }
 
 /** Starts a runner and resolves once it answers `/health`; rejects with the runner's error. */
@@ -54,6 +63,12 @@ export type RunnerWish = {
   caller?: string;
   /** `batch`: served only when no interactive request waits, and never queued at llama-server. */
   lane?: Lane;
+  /** The agent session it belongs to (src/inference/session.ts): placed on its slot (see affinity.ts). */
+  session?: string | undefined;
+  /** The digest of its prompt's start (system prompt and tools), shared by sessions of one agent. */
+  prefix?: string | undefined;
+  /** false: no slot can be named for it (llama-server drops `id_slot` there); its session only takes turns. */
+  placed?: boolean;
 };
 
 export type Lane = "interactive" | "batch";

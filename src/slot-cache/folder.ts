@@ -29,6 +29,8 @@ export type SlotFolder = {
   checkout(key: CacheKey, slot: number): Promise<string | undefined>;
   /** A save that did not end in time: its file is left to the next prune. */
   abandon(file: string): void;
+  /** Removes a file saved for a moment only (a slot copied into others: see copy.ts), never made an entry. */
+  drop(file: string): Promise<void>;
   /** Removes an entry (llama-server refused it). */
   discard(key: CacheKey, slot: number): Promise<void>;
   /** Removes saves that never finished and entries past the budget. */
@@ -149,6 +151,10 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
       return meta?.holders;
     },
     abandon: (file) => void writing.delete(file),
+    async drop(file) {
+      writing.delete(file);
+      await rm(join(dir, file), { force: true });
+    },
     discard: async (key, slot) => remove(base(key, slot)),
     async forget(model) {
       const metas = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.endsWith(".json"));

@@ -2,6 +2,8 @@ import { basename } from "node:path";
 import type { RunnerProcess, RunnerSpec, StartRunner } from "../scheduler/types.ts";
 import type { CacheKey, SlotFolder } from "./folder.ts";
 import { promptHolders, SOMEONE } from "./per-key.ts";
+import { slotCopier } from "./copy.ts";
+import { slotAction } from "./slot-api.ts";
 
 // A completion runner's prompt caches outlive it: when it is stopped (evicted, expired, unloaded,
 // reloaded, SIGTERM; not when it crashed or was killed for hanging), each slot holding a prompt
@@ -74,6 +76,7 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
       exited: runner.exited,
       running: () => runner.running(),
       kill: () => runner.kill(),
+      copySlot: slotCopier(runner, hooks.folder, key),
       stop: async () => {
         // A runner unloaded while it loaded has nothing new to keep.
         const holders = hooks.perKey ? [...promptHolders(cached)] : undefined;
@@ -144,16 +147,4 @@ async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hook
       log(`slot cache: ${spec.name}: slot ${id} not saved (${answer.text})`);
     }),
   );
-}
-
-async function slotAction(runner: RunnerProcess, slot: number, action: "save" | "restore", filename: string, signal?: AbortSignal) {
-  const response = await runner.fetch(`http://runner/slots/${slot}?action=${action}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ filename }),
-    ...(signal ? { signal } : {}),
-  });
-  const text = await response.text();
-  const saved = response.ok ? Number((JSON.parse(text) as { n_saved?: number }).n_saved ?? 0) : 0;
-  return { ok: response.ok, text: text.slice(0, 200), saved };
 }

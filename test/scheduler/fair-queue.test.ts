@@ -37,6 +37,23 @@ describe("the fair queue", () => {
     expect(served(before as string[], grants as number, after as string[])).toEqual(order);
   });
 
+  // `caller/session:id`: sessions of one caller take turns as callers do; a caller's turns are still one per round.
+  it.each([
+    ["one key's two sessions alternate", ["k/s:1", "k/s:2", "k/s:3", "k/t:1"], ["k/s:1", "k/t:1", "k/s:2", "k/s:3"]],
+    ["a session's burst does not hold another session of its key back", ["k/s:1", "k/s:2", "k/s:3", "k/s:4", "k/t:1", "k/u:1"], ["k/s:1", "k/t:1", "k/u:1", "k/s:2", "k/s:3", "k/s:4"]],
+    ["sessions share their key's turn: a key of many sessions gets no more turns than a key of one", ["k/s:1", "k/t:1", "k/u:1", "j/v:1", "j/v:2"], ["k/s:1", "j/v:1", "k/t:1", "j/v:2", "k/u:1"]],
+  ])("%s", (_story, before, order) => {
+    const sessionTurn = (item: string): Turn => ({ caller: item.split("/")[0]!, lane: "interactive", session: item.split("/")[1]!.split(":")[0]! });
+    const queue = new FairQueue<string>();
+    for (const item of before) queue.push(item, sessionTurn(item));
+    const out: string[] = [];
+    for (let item = queue.shift(1); item !== undefined; item = queue.shift(1)) {
+      out.push(item);
+      queue.release(sessionTurn(item).caller);
+    }
+    expect(out).toEqual(order);
+  });
+
   it("a request taken out (its client left) is never served; taking it twice is told", () => {
     const queue = new FairQueue<string>();
     queue.push("a:1", turn("a:1"));

@@ -1,0 +1,57 @@
+import { createHash } from "node:crypto";
+
+// Which agent session a request belongs to, and which shared start its prompt has: what the
+// runner's slot table (src/scheduler/affinity.ts) places requests by. Agents name their session
+// themselves, each in its own way; a request that names none is placed by llama-server, as before.
+
+/** Headers that name a session: Claude Code's, then Codex's (both spellings seen). */
+const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id"];
+
+/** A session's name as kept (a client may send anything: bounded, so a table of them stays small). */
+const MAX_SESSION_CHARS = 200;
+
+/**
+ * The session a request belongs to, or undefined: a session header, else OpenAI's
+ * `prompt_cache_key` (Codex sets it to its session id), Anthropic's `metadata.user_id`, OpenAI's
+ * `user`. Names are the caller's own: the table keeps them per key (see `sessionOf`'s use).
+ */
+export function sessionOf(headers: Headers, body: unknown): string | undefined {
+  for (const name of SESSION_HEADERS) {
+    const value = headers.get(name);
+    if (value) return value.slice(0, MAX_SESSION_CHARS);
+  }
+  if (!body || typeof body !== "object") return undefined;
+  const fields = body as { prompt_cache_key?: unknown; metadata?: { user_id?: unknown } | null; user?: unknown };
+  for (const value of [fields.prompt_cache_key, fields.metadata?.user_id, fields.user]) {
+    if (typeof value === "string" && value.length > 0) return value.slice(0, MAX_SESSION_CHARS);
+  }
+  return undefined;
+}
+
+/**
+ * A digest of what a prompt starts with before any conversation: the system prompt (Anthropic's
+ * `system`, Responses' `instructions`, the leading system or developer messages of a chat or of
+ * Responses' input) and the tools. Sessions of one agent opened in one folder send the same: their
+ * prompts share that start, which the slot table lets one of them process for all. Undefined when
+ * there is none (a bare completion): such requests never wait for one another.
+ */
+export function prefixOf(body: unknown): string | undefined {
+  if (!body || typeof body !== "object") return undefined;
+  const fields = body as { system?: unknown; instructions?: unknown; tools?: unknown; messages?: unknown; input?: unknown };
+  const leading = leadingSystem(fields.messages) ?? leadingSystem(fields.input);
+  const parts = [fields.system, fields.instructions, leading, fields.tools];
+  if (parts.every((part) => part === undefined || (Array.isArray(part) && part.length === 0))) return undefined;
+  return createHash("sha256").update(JSON.stringify(parts)).digest("hex").slice(0, 32);
+}
+
+/** The system and developer messages a list of messages or input items starts with (undefined: none). */
+function leadingSystem(list: unknown): unknown[] | undefined {
+  if (!Array.isArray(list)) return undefined;
+  const leading: unknown[] = [];
+  for (const item of list) {
+    const role = item && typeof item === "object" ? (item as { role?: unknown }).role : undefined;
+    if (role !== "system" && role !== "developer") break;
+    leading.push(item);
+  }
+  return leading.length > 0 ? leading : undefined;
+}

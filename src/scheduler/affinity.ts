@@ -1,0 +1,108 @@
+// Which of a runner's slots a granted request goes to (llama-server's `id_slot`), so that an agent
+// session's turns land on the slot that holds its conversation, and sessions opened together over
+// one long start (system prompt and tools) process it once between them.
+//
+// Why we choose rather than llama-server: it picks a free slot by the longest common prefix, which
+// shared system prompts make ambiguous (every slot holding another session of the same agent looks
+// alike), and it never shares a prefix between slots that are busy: K sessions opened at once each
+// process the whole start. A slot named by `id_slot` is taken as it is (llama-server then neither
+// looks for a better one nor consults its host prompt cache), so a slot is named only where its
+// contents are known to be the session's, or are made so first (a copy: see `Placement`).
+//
+// Decisions are pure (`placement`, table-tested); `SlotTable` keeps the state they are made from,
+// changed only by `place` and `release`, in the runner's single synchronous step of a grant.
+
+/** What the table knows of one slot: whose conversation it holds, the start it has, and whether a request runs on it. */
+export type SlotState = { session?: string | undefined; prefix?: string | undefined; busy: boolean; usedAt: number };
+
+/**
+ * What a request brings: its session (with its key: names are per key), the digest of its prompt's
+ * start, and whose leaders it may wait for (its key's: another key's long answer never holds it).
+ */
+export type Ask = { session?: string | undefined; prefix?: string | undefined; group?: string | undefined };
+
+/**
+ * Where a request goes:
+ * - `any`: not named (no session, or none of its slots can be told): llama-server picks, as it always did;
+ * - `own`: the slot that holds the session's conversation;
+ * - `take`: a free slot the session's prompt is then processed in, from what the slot shares with
+ *   it; `lead`: its start is new there, and sessions with the same start that come while it is
+ *   processed follow it;
+ * - `follow`: a slot into which a copy of slot `from` (which holds the same start) is restored
+ *   before the request is sent: at once when `from` is free, else once its request has ended.
+ */
+export type Placement =
+  | { kind: "any" }
+  | { kind: "own"; slot: number }
+  | { kind: "take"; slot: number; lead: boolean }
+  | { kind: "follow"; slot: number; from: number };
+
+/**
+ * The placement of `ask` among `slots`, given the slot of a request now processing each group's
+ * start (`leading`). A session with its slot free goes back to it; a session whose slot is busy (a side
+ * request of the same session) is left to llama-server. Any other gives up a slot: an empty one,
+ * else the free one least recently used. If that slot does not hold the request's start, the
+ * start is copied in from a free slot that holds it, else from the request processing it (once
+ * that ends); with neither, the request processes its start there itself, and leads.
+ */
+export function placement(slots: readonly SlotState[], ask: Ask, leading: ReadonlyMap<string, number>): Placement {
+  if (ask.session === undefined) return { kind: "any" };
+  const own = slots.findIndex((s) => s.session === ask.session);
+  if (own >= 0) return slots[own]!.busy ? { kind: "any" } : { kind: "own", slot: own };
+  const free = slots.flatMap((s, i) => (s.busy ? [] : [i]));
+  if (free.length === 0) return { kind: "any" };
+  const leastUsed = (among: number[]) => among.reduce((a, b) => (slots[b]!.usedAt < slots[a]!.usedAt ? b : a));
+  const empty = free.filter((i) => slots[i]!.session === undefined && slots[i]!.prefix === undefined);
+  const slot = empty.length > 0 ? empty[0]! : leastUsed(free);
+  if (ask.prefix === undefined) return { kind: "take", slot, lead: false };
+  if (slots[slot]!.prefix === ask.prefix) return { kind: "take", slot, lead: false };
+  const holding = free.filter((i) => slots[i]!.prefix === ask.prefix);
+  if (holding.length > 0) return { kind: "follow", slot, from: leastUsed(holding) };
+  const leader = leading.get(ask.group ?? ask.prefix);
+  if (leader !== undefined) return { kind: "follow", slot, from: leader };
+  return { kind: "take", slot, lead: true };
+}
+
+/** The slots of one runner as its grants and releases leave them. */
+export class SlotTable {
+  private readonly slots: SlotState[];
+  /** Group (see Ask) -> the slot of the request processing its start for others to follow (until it ends). */
+  private readonly leading = new Map<string, number>();
+  /** Slot -> the group its leader leads. */
+  private readonly leads = new Map<number, string>();
+
+  constructor(count: number) {
+    this.slots = Array.from({ length: count }, () => ({ busy: false, usedAt: 0 }));
+  }
+
+  /** Places a request and marks its slot busy; the slot now holds the session's conversation. */
+  place(ask: Ask, now: number): Placement {
+    const where = placement(this.slots, ask, this.leading);
+    if (where.kind === "any") return where;
+    // A session moved: the slot it held is no longer its own (its conversation is overwritten there in time).
+    for (const s of this.slots) if (s.session === ask.session) s.session = undefined;
+    this.slots[where.slot] = { session: ask.session, prefix: ask.prefix, busy: true, usedAt: now };
+    if (where.kind === "take" && where.lead) {
+      const group = ask.group ?? ask.prefix!;
+      this.leading.set(group, where.slot);
+      this.leads.set(where.slot, group);
+    }
+    return where;
+  }
+
+  /** A placed request ended: its slot is free, and a start it was processing for others is theirs to copy. */
+  release(where: Placement, now: number): void {
+    if (where.kind === "any") return;
+    const slot = this.slots[where.slot]!;
+    slot.busy = false;
+    slot.usedAt = now;
+    const group = this.leads.get(where.slot);
+    if (group !== undefined && this.leading.get(group) === where.slot) this.leading.delete(group);
+    this.leads.delete(where.slot);
+  }
+
+  /** The state, for views and tests. */
+  view(): readonly Readonly<SlotState>[] {
+    return this.slots;
+  }
+}

@@ -1,0 +1,78 @@
+import { describe, expect, it } from "vitest";
+import { placement, SlotTable, type Placement, type SlotState } from "../../src/scheduler/affinity.ts";
+
+// The slot a granted request goes to, as a table: the slots as they are (`session@prefix`, `*`
+// when a request runs there, `.` for an empty slot; a number after `~` is when it was last used),
+// the request (`session@prefix`), the starts being processed for others, and the placement.
+
+function slotsOf(text: string): SlotState[] {
+  return text.split(" ").map((cell) => {
+    const busy = cell.includes("*");
+    const [name, used] = cell.replace("*", "").split("~");
+    if (name === ".") return { busy, usedAt: Number(used ?? 0) };
+    const [session, prefix] = name!.split("@");
+    return { session: session || undefined, prefix, busy, usedAt: Number(used ?? 0) };
+  });
+}
+
+const ask = (text: string) => {
+  const [session, prefix] = text.split("@");
+  return { session: session || undefined, prefix };
+};
+
+describe("placing a request on a slot", () => {
+  it.each<[string, string, string, Record<string, number>, Placement]>([
+    ["no session: llama-server picks, as before", ". .", "@p", {}, { kind: "any" }],
+    ["a session goes back to its slot when it is free", "a@p~1 b@p~2", "b@p", {}, { kind: "own", slot: 1 }],
+    ["its slot busy (a side request of the same session): left to llama-server", "a@p* .", "a@p", {}, { kind: "any" }],
+    ["a new session gets an empty slot and a copy of a free slot holding its start", "a@p~5 b@p~2 .", "c@p", {}, { kind: "follow", slot: 2, from: 1 }],
+    ["a new session follows the request processing its start, into an empty slot", "a@p* . .", "c@p", { p: 0 }, { kind: "follow", slot: 1, from: 0 }],
+    ["a free slot holding its start is copied rather than a running one waited for", "a@p* b@p~1 .", "c@p", { p: 0 }, { kind: "follow", slot: 2, from: 1 }],
+    ["no empty slot: the least recently used is given up, and the leader followed into it", "a@p* b@q~3 c@q~1", "d@p", { p: 0 }, { kind: "follow", slot: 2, from: 0 }],
+    ["no empty slot: the least recently used, taken as it is when it holds the start", "a@p~5 b@p~2", "c@p", {}, { kind: "take", slot: 1, lead: false }],
+    ["no empty slot: the least recently used, with a copy of the start from another free slot", "a@p~5 b@q~2", "c@p", {}, { kind: "follow", slot: 1, from: 0 }],
+    ["a new start leads in an empty slot (others with it will follow)", "a@q~1 .", "c@p", {}, { kind: "take", slot: 1, lead: true }],
+    ["a new start with no empty slot takes the least recently used", "a@q~4 b@q~2", "c@p", {}, { kind: "take", slot: 1, lead: true }],
+    ["no start (a bare completion): never leads, never follows", "a@p* .", "c", { p: 0 }, { kind: "take", slot: 1, lead: false }],
+    ["every slot busy (requests in llama-server's own queue): left to it", "a@p* b@p*", "c@p", {}, { kind: "any" }],
+  ])("%s", (_story, slots, request, leading, expected) => {
+    expect(placement(slotsOf(slots), ask(request), new Map(Object.entries(leading)))).toEqual(expected);
+  });
+});
+
+describe("the slot table", () => {
+  it("K sessions opened together over one start: the first leads, the others follow it until it ends", () => {
+    const table = new SlotTable(3);
+    expect(table.place({ session: "a", prefix: "p" }, 1)).toEqual({ kind: "take", slot: 0, lead: true });
+    expect(table.place({ session: "b", prefix: "p" }, 2)).toEqual({ kind: "follow", slot: 1, from: 0 });
+    expect(table.place({ session: "c", prefix: "p" }, 3)).toEqual({ kind: "follow", slot: 2, from: 0 });
+    table.release({ kind: "take", slot: 0, lead: true }, 4);
+    table.release({ kind: "follow", slot: 1, from: 0 }, 5);
+    table.release({ kind: "follow", slot: 2, from: 0 }, 6);
+    // Their second turns: each on its own slot.
+    expect(["a", "b", "c"].map((session) => table.place({ session, prefix: "p" }, 7))).toEqual([0, 1, 2].map((slot) => ({ kind: "own", slot })));
+  });
+
+  it("a request waits only for a leader of its own group (its key's)", () => {
+    const table = new SlotTable(3);
+    table.place({ session: "a", prefix: "p", group: "k1" }, 1);
+    expect(table.place({ session: "b", prefix: "p", group: "k2" }, 2)).toEqual({ kind: "take", slot: 1, lead: true });
+    expect(table.place({ session: "c", prefix: "p", group: "k1" }, 3)).toEqual({ kind: "follow", slot: 2, from: 0 });
+  });
+
+  it("once its leader ended, a start is copied from the leader's slot, now free", () => {
+    const table = new SlotTable(2);
+    const lead = table.place({ session: "a", prefix: "p" }, 1);
+    table.release(lead, 2);
+    expect(table.place({ session: "b", prefix: "p" }, 3)).toEqual({ kind: "follow", slot: 1, from: 0 });
+  });
+
+  it("a session that moved no longer owns its old slot; the one that took it does", () => {
+    const table = new SlotTable(2);
+    table.release(table.place({ session: "a", prefix: "p" }, 1), 1);
+    table.release(table.place({ session: "b", prefix: "p" }, 2), 2);
+    table.release(table.place({ session: "c", prefix: "p" }, 3), 3); // no empty slot: takes a's, the least recently used
+    expect(table.view().map((s) => s.session)).toEqual(["c", "b"]);
+    expect(table.place({ session: "a", prefix: "p" }, 4)).toEqual({ kind: "take", slot: 1, lead: false });
+  });
+});
