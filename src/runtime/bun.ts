@@ -52,8 +52,11 @@ async function serve(handler: FetchHandler, target: ListenTarget, limits: ServeO
   const server =
     target.kind === "tcp"
       ? Bun.serve({ port: target.port, hostname: target.hostname, ...options })
-      : // bun-types omit idleTimeout for Unix sockets, but the server applies it there too.
-        Bun.serve({ unix: target.path, ...options } as unknown as { unix: string; fetch: FetchHandler });
+      : // bun-types omit idleTimeout for Unix sockets, but the server applies it there too, and
+        // there (Bun 1.4) server.timeout() does not lift it for a request: a stream silent through a
+        // long prompt's prefill was cut after twice the header timeout. The socket is the owner's
+        // alone and trusted, so it goes without an idle timeout.
+        Bun.serve({ unix: target.path, ...options, idleTimeout: 0 } as unknown as { unix: string; fetch: FetchHandler });
   if (target.kind === "unix") ownerOnly(target.path);
   return {
     address: target.kind === "tcp" ? `http://${target.hostname}:${server.port}` : `unix:${target.path}`,
