@@ -14,6 +14,8 @@ type PsEntry = {
   waiting: number;
   last_used: string;
   keep_alive: string;
+  /** The llama.cpp build it runs (`builtin`, or a build of `engine ls`); servers before engines leave it out. */
+  engine?: string;
   /** The memory the runner was estimated to need when it was launched, and where (servers that estimate it). */
   memory?: { where: string; total_bytes: number; prompt_cache_bytes?: number; checkpoints_bytes?: number; host_bytes?: number };
 };
@@ -28,8 +30,8 @@ const wholeNumber = (value: string) => {
 
 export function psTable(runners: PsEntry[], now: number): string {
   const memory = (r: PsEntry) => (r.memory ? `${formatBytes(r.memory.total_bytes)} (${r.memory.where})` : "");
-  const rows = runners.map((r) => [r.model_name, r.mode, r.state, String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r), r.memory ? caches(r.memory) : ""]);
-  return table(["MODEL NAME", "MODE", "STATE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY", "PROMPT CACHES"], rows);
+  const rows = runners.map((r) => [r.model_name, r.mode, r.state, r.engine ?? "", String(r.in_flight), String(r.waiting), r.keep_alive, ago(Date.parse(r.last_used), now), memory(r), r.memory ? caches(r.memory) : ""]);
+  return table(["MODEL NAME", "MODE", "STATE", "ENGINE", "IN USE", "QUEUE", "KEEP ALIVE", "LAST USED", "MEMORY", "PROMPT CACHES"], rows);
 }
 
 export function engineCommands(program: Command, clientFor: ClientFor, clientVersion: string): void {
@@ -64,7 +66,7 @@ export function engineCommands(program: Command, clientFor: ClientFor, clientVer
     .option("--threads <n>", "compute threads", wholeNumber)
     .option("--mode <mode>", "completion or embedding")
     .option("--runtime-flags <flags>", "further llama-server flags, as one string")
-    .option("--engine <name>", 'the llama.cpp build its runners run on (see `engine ls`; "builtin")')
+    .option("--engine <name>", 'the llama.cpp build its runners run on (see `engine ls`; "builtin"; "default": the default engine)')
     .action(async (model: string, options: Record<string, string | number | undefined>, command: Command) => {
       const body = dropUndefined({
         model,

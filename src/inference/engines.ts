@@ -113,6 +113,9 @@ const psEntry = (r: RunnerInfo) => ({
     : {}),
 });
 
+/** A model's `engine` that means none of its own: the default engine's runners. */
+const FOLLOW_DEFAULT = "default";
+
 export function engineRoutes(deps: EngineDeps): Route[] {
   const { scheduler, store } = deps;
 
@@ -166,12 +169,14 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     if (!model) throw modelNotFound(body.model);
     const changes = ModelSettings.safeParse(await settingsOf(body));
     if (!changes.success) throw badRequest("invalid_settings", z.prettifyError(changes.error));
-    const changed = dropUndefined(changes.data);
+    const changed: ModelSettings = dropUndefined(changes.data);
+    // `engine: "default"` takes the model's own build away: it follows the default engine again.
+    if (body.engine === FOLLOW_DEFAULT) changed.engine = undefined;
     // What the model's runners would launch with, against the build they would launch on.
     await deps.checkSettings?.({ ...(await deps.settings.get(model.id)), ...changed });
     const settings = await deps.settings.update(model.id, changed);
     // A new build alone moves the runners without a reload: the old ones serve until the new are ready.
-    const onlyEngine = Object.keys(changed).length === 1 && changed.engine !== undefined;
+    const onlyEngine = Object.keys(changed).length === 1 && "engine" in changed;
     if (onlyEngine && deps.moveToEngine) deps.moveToEngine(model);
     else scheduler.reload(model);
     scheduler.preload(model, body.mode ?? "completion");
@@ -191,7 +196,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
       cacheRam: body["cache-ram"] === undefined ? undefined : Math.ceil(body["cache-ram"] / MIB) * MIB,
       reasoningBudget: body.llamacpp?.["reasoning-budget"],
       speculative: body.speculative && (await draft(body.speculative)),
-      engine: body.engine,
+      engine: body.engine === FOLLOW_DEFAULT ? undefined : body.engine,
     };
   }
 

@@ -180,7 +180,7 @@ describe("runners", () => {
   it("ps lists the loaded runner; configure, logs, unload", async () => {
     const ps = await llamadock(["ps"], env);
     expect(ps.code).toBe(0);
-    expect(ps.stdout).toMatch(/^MODEL NAME\s+MODE\s+STATE\s+IN USE\s+QUEUE\s+KEEP ALIVE\s+LAST USED\s+MEMORY\s+PROMPT CACHES\nai\/tiny:latest\s+completion\s+ready\s+0\s+0\s+5m\s+(just now|\d+ \w+ ago)\s+[\d.]+ [kMG]?B \(\w+\)\s+[\d.]+ [kMG]?B of it prompt caches\n$/);
+    expect(ps.stdout).toMatch(/^MODEL NAME\s+MODE\s+STATE\s+ENGINE\s+IN USE\s+QUEUE\s+KEEP ALIVE\s+LAST USED\s+MEMORY\s+PROMPT CACHES\nai\/tiny:latest\s+completion\s+ready\s+builtin\s+0\s+0\s+5m\s+(just now|\d+ \w+ ago)\s+[\d.]+ [kMG]?B \(\w+\)\s+[\d.]+ [kMG]?B of it prompt caches\n$/);
 
     const configured = await llamadock(["configure", "ai/tiny", "--context-size", "256", "--keep-alive", "10m"], env);
     expect(configured).toMatchObject({ code: 0, stdout: 'Configured ai/tiny:latest: {"context-size":256,"keep_alive":"10m"}\n' });

@@ -251,6 +251,15 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     // A model that names its own build keeps it.
     expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
     expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v1" });
+    // "default" takes its own build away: it moves to the default engine, its setting gone.
+    expect((await http.configure({ model: "ai/tiny", engine: "default" })).status).toBe(202);
+    const onDefault = async () => (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest").map((r) => `${r.engine} ${r.state}`).join();
+    // No room here for a second runner: the one on v1 retires when idle, and the next load is on v3.
+    await until(async () => !(await onDefault()).includes("v1"), "ai/tiny's runner on v1 to retire");
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    expect(await onDefault()).toBe("v3 ready");
+    const settings = (await http.ask("GET", "/engines/_configure?model=ai/tiny")).json();
+    expect(JSON.stringify(settings)).not.toMatch(/"engine"/);
   });
 
   it("lets only an admin key pull, choose or remove builds; any key lists them", async () => {
