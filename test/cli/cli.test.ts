@@ -184,7 +184,7 @@ describe("runners", () => {
 
     const configured = await llamadock(["configure", "ai/tiny", "--context-size", "256", "--keep-alive", "10m"], env);
     expect(configured).toMatchObject({ code: 0, stdout: 'Configured ai/tiny:latest: {"context-size":256,"keep_alive":"10m"}\n' });
-    await until(async () => /ready\s+0\s+0\s+10m/.test((await llamadock(["ps"], env)).stdout), "the runner reloaded with keep-alive 10m");
+    await until(async () => /ready\s+builtin\s+0\s+0\s+10m/.test((await llamadock(["ps"], env)).stdout), "the runner reloaded with keep-alive 10m");
     expect((await llamadock(["configure", "ai/tiny", "--context-size", "big"], env)).stderr).toContain("expected a whole number");
 
     const logs = await llamadock(["logs", "ai/tiny"], env);
