@@ -12,13 +12,13 @@ import type { ModelSettings } from "./settings.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
 import { createRoomWaits } from "./room-waits.ts";
 import { modelName, type Lane, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
-import type { RunnerInfo, Scheduler, SchedulerDeps, UpgradeOutcome } from "./api.ts";
-import { buildName, sameBuild } from "./engine-upgrade.ts";
+import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
+import { createSuccession } from "./engine-upgrade.ts";
 import type { EngineBuild } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. It is
-// the single writer of the runners' state: each decision is a pure plan (launch-plan.ts,
+// the single writer of the runners' state (an upgrade's in engine-upgrade.ts): each decision is a pure plan (launch-plan.ts,
 // lifecycle-plan.ts) made from a snapshot of that state, and applied in the same synchronous step,
 // so no await separates a check from its effect.
 
@@ -35,10 +35,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
   const pinned = new Map<string, { model: ModelRef; mode: Mode }>();
-  /** Runners loading on a new build, each to take over from the old one once ready (see upgrade). */
-  const successors = new Map<Runner, { old: Runner; done(outcome: UpgradeOutcome): void }>();
-  /** Runners whose build changed with no room for a successor beside them: retired when next idle. */
-  const retireWhenIdle = new Set<Runner>();
+  const succession = createSuccession({ active, replace, unload: (r) => void unloadRunner(r), start });
   let serial = (deps.firstSerial ?? 1) - 1;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
@@ -49,7 +46,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     [...runners].filter((r) => r.options.modelId === model.id);
 
   // The state as the plans see it: read, decided on and acted upon in one synchronous step.
-  const everyRunner = () => [...active.values(), ...leaving, ...successors.keys()];
+  const everyRunner = () => [...active.values(), ...leaving, ...succession.loading()];
   const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
   const snapshotOf = (r: Runner): RunnerSnapshot => runnerSnapshot(r, leaving.has(r));
 
@@ -57,25 +54,23 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
 
   const events: RunnerEvents = {
     idle(runner) {
-      // After the idle moment's own bookkeeping (its keep-alive timer), which the stop cancels.
-      if (retireWhenIdle.delete(runner)) queueMicrotask(() => replace(runner));
+      succession.idle(runner);
       notifyCapacity();
     },
     expired: (runner) => after("expired", runner),
     loaded(runner, ms) {
       deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms);
-      const upgrade = successors.get(runner);
-      if (upgrade) takeOver(runner, upgrade.old, upgrade.done);
+      succession.loaded(runner);
       for (const name of planRebalance(everyRunner().map(snapshotOf), deps.limits.cpuCores)) replace(runnerByName(name)!);
     },
     loadFailed(runner, error) {
       deps.observe?.loadFailed?.(runner.options.model, runner.options.mode);
-      endUpgrade(runner, (error as Error)?.message ?? String(error));
+      succession.failed(runner, (error as Error)?.message ?? String(error));
     },
     gone(runner, crashed) {
       if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
       leaving.delete(runner);
-      endUpgrade(runner, "it stopped before it was ready");
+      succession.failed(runner, "it stopped before it was ready");
       if (crashed) deps.observe?.crashed?.(runner.options.model, runner.options.mode);
       notifyCapacity();
       after(crashed ? "crashed" : "stopped", runner);
@@ -112,44 +107,6 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     retire(runner);
     runner.drain();
     after("replaced", runner);
-  }
-
-  /** A successor ready: it serves from now on, the runner it replaces finishes its requests and stops. */
-  function takeOver(successor: Runner, old: Runner, done: (outcome: UpgradeOutcome) => void): void {
-    successors.delete(successor);
-    const key = successor.options.key;
-    const current = active.get(key);
-    if (current === old) replace(old);
-    // Another runner took the place meanwhile (a reload): it is kept, this one goes.
-    if (current !== undefined && current !== old) void unloadRunner(successor);
-    else active.set(key, successor);
-    done({ kind: "upgraded", from: buildName(old.options.spec.engine), to: buildName(successor.options.spec.engine) });
-  }
-
-  /** A successor that failed to load, or went: the old runner serves on, and the caller hears why. */
-  function endUpgrade(successor: Runner, why: string): void {
-    const upgrade = successors.get(successor);
-    if (!upgrade) return;
-    successors.delete(successor);
-    upgrade.done({ kind: "failed", from: buildName(upgrade.old.options.spec.engine), to: buildName(successor.options.spec.engine), why });
-  }
-
-  /** The upgrade's decision, in one synchronous step: keep, launch a successor, or retire when idle. */
-  function startUpgrade(key: string, model: ModelRef, mode: Mode, settings: ModelSettings, engine: EngineBuild | undefined, budget: Budget): UpgradeOutcome | Promise<UpgradeOutcome> {
-    const old = active.get(key);
-    if (!old || old.state !== "ready" || [...successors.values()].some((u) => u.old === old)) return { kind: "none" };
-    const names = { from: buildName(old.options.spec.engine), to: buildName(engine) };
-    if (sameBuild(old.options.spec.engine, engine)) return { kind: "current", ...names };
-    retireWhenIdle.delete(old);
-    const plan = planLaunch(launchSnapshot(key, "interactive", settings, old.options.requestedContext, budget, engine), model, mode);
-    if (plan.kind !== "launch") {
-      if (old.busy) retireWhenIdle.add(old);
-      else replace(old);
-      return { kind: "when-idle", ...names };
-    }
-    serial++;
-    const successor = new Runner(plan.runner, deps.start, events);
-    return new Promise((done) => successors.set(successor, { old, done }));
   }
 
   function preload(model: ModelRef, mode: Mode): void {
@@ -235,9 +192,14 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     ...(engine ? { engine } : {}),
   });
 
-  function launch(options: RunnerOptions): Runner {
+  /** A runner started on `options`, not yet in service (see launch). */
+  function start(options: RunnerOptions): Runner {
     serial++;
-    const runner = new Runner(options, deps.start, events);
+    return new Runner(options, deps.start, events);
+  }
+
+  function launch(options: RunnerOptions): Runner {
+    const runner = start(options);
     active.set(options.key, runner);
     return runner;
   }
@@ -296,7 +258,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (!deps.engineFor || !active.has(runnerKey(model.id, mode))) return { kind: "none" };
       const settings = await deps.settings.get(model.id);
       const engine = await deps.engineFor(model, settings);
-      return startUpgrade(runnerKey(model.id, mode), model, mode, settings, engine, await readBudget(model));
+      const budget = await readBudget(model);
+      // From here on, one synchronous step: the successor's launch is planned as a request's would be.
+      const key = runnerKey(model.id, mode);
+      return succession.begin(active.get(key), engine, (old) => planLaunch(launchSnapshot(key, "interactive", settings, old.options.requestedContext, budget, engine), model, mode));
     },
     reload(model) {
       for (const runner of ofModel(model)) replace(runner);
