@@ -1,21 +1,18 @@
 import { modelNotFound } from "../models/errors.ts";
 import { RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
-import { planLaunch, planServe, wantedContext, type LaunchSnapshot } from "./launch-plan.ts";
+import { planLaunch, planServe, wantedContext } from "./launch-plan.ts";
+import { launchSnapshot, readBudget, type Budget, type LaunchAsk } from "./launch-snapshot.ts";
 import { keepAliveAfterRequest, planAfter, planDelete, planRebalance, unloadable, type RunnerEvent } from "./lifecycle-plan.ts";
 import { runnerKey } from "./policy.ts";
 import { Runner, type RunnerEvents, type RunnerOptions } from "./runner.ts";
 import { memoryInUse, runnerInfo, scrapeRunners } from "./views.ts";
-import { modelBytes } from "./memory/detect.ts";
-import type { MemoryLimits } from "./memory/sizing.ts";
-import type { ModelSettings } from "./settings.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
 import { createRoomWaits } from "./room-waits.ts";
-import { modelName, type Lane, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
+import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
 import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
 import { createSuccession } from "./engine-upgrade.ts";
 import { Roster } from "./roster.ts";
-import type { EngineBuild } from "./types.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. It is
@@ -23,9 +20,6 @@ import type { EngineBuild } from "./types.ts";
 // engine-upgrade.ts): each decision is a pure plan (launch-plan.ts, lifecycle-plan.ts) made from a
 // snapshot of that state, and applied in the same synchronous step, so no await separates a check
 // from its effect.
-
-/** The memory budget and the model's weights, read once a launch is considered. */
-type Budget = { memory: MemoryLimits | undefined; weights: number };
 
 export type { RunnerInfo, Scheduler, SchedulerDeps, SchedulerLimits, SchedulerObserver } from "./api.ts";
 
@@ -130,10 +124,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         const engine = await deps.engineFor?.(model, settings);
         if (loaded()) continue;
         if (!budget) {
-          budget = await readBudget(model);
+          budget = await readBudget(deps, model);
           continue; // what was read above may have changed meanwhile: decide afresh
         }
-        const plan = planLaunch(launchSnapshot(key, lane, settings, wanted, budget, engine), model, mode);
+        const plan = planLaunch(snapshotFor({ key, lane, settings, wanted, budget, engine }), model, mode);
         if (plan.kind === "launch") return use(launch(plan.runner));
         if (plan.kind === "refuse") throw plan.error;
         // The unloads go on if the client leaves; only the wait for them ends.
@@ -158,26 +152,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     if (deleting.has(model.id)) throw modelNotFound(modelName(model));
   };
 
-  const readBudget = async (model: ModelRef): Promise<Budget> => {
-    const memory = await deps.memory?.();
-    return { memory, weights: memory ? await (deps.modelBytes ?? modelBytes)(model) : 0 };
-  };
-
-  /** What a launch of `key` decides on: the runners as they are now (or as `runners` gives them). */
-  const launchSnapshot = (key: string, lane: Lane, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, engine?: EngineBuild, runners = roster.snapshots()): LaunchSnapshot => ({
-    runners,
-    pinned,
-    limits: deps.limits,
-    settings,
-    ...(wanted !== undefined ? { wantedContext: wanted } : {}),
-    ...(memory ? { memory: { limits: memory, weights } } : {}),
-    waitingForRoom: room.waitingFor(key),
-    lane,
-    now: Date.now(),
-    interactiveWaitingForRoom: room.interactiveWaiting(),
-    serial: serial + 1,
-    ...(engine ? { engine } : {}),
-  });
+  /** What a launch decides on: the runners as they are now (or as `runners` gives them). */
+  const snapshotFor = (ask: LaunchAsk, runners = roster.snapshots()) => launchSnapshot({ runners, pinned, limits: deps.limits, room, serial }, ask);
 
   /** A runner started on `options`, not yet in service (see launch). */
   function start(options: RunnerOptions): Runner {
@@ -244,10 +220,10 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (!deps.engineFor || !active.has(runnerKey(model.id, mode))) return { kind: "none" };
       const settings = await deps.settings.get(model.id);
       const engine = await deps.engineFor(model, settings);
-      const budget = await readBudget(model);
+      const budget = await readBudget(deps, model);
       // From here on, one synchronous step: the successor's launch is planned as a request's would be.
       const key = runnerKey(model.id, mode);
-      return succession.begin(active.get(key), engine, (old) => planLaunch(launchSnapshot(key, "interactive", settings, old.options.requestedContext, budget, engine), model, mode));
+      return succession.begin(active.get(key), engine, (old) => planLaunch(snapshotFor({ key, lane: "interactive", settings, wanted: old.options.requestedContext, budget, engine }), model, mode));
     },
     reload(model) {
       for (const runner of roster.ofModel(model)) replace(runner);
@@ -255,14 +231,14 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     async fit(model, mode, changes = {}) {
       const key = runnerKey(model.id, mode);
       const settings = { ...(await deps.settings.get(model.id)), ...changes };
-      const budget = await readBudget(model);
+      const budget = await readBudget(deps, model);
       // From here on, one synchronous step, as a launch decides.
       refuseIfUnservable(model);
       const runner = active.get(key);
       const changed = Object.keys(changes).length > 0;
       if (runner && !changed && planServe(roster.snapshot(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
       const runners = fitRunners(roster.snapshots(), runner?.options.spec.name);
-      const plan = planLaunch(launchSnapshot(key, "interactive", settings, undefined, budget, await deps.engineFor?.(model, settings), runners), model, mode);
+      const plan = planLaunch(snapshotFor({ key, lane: "interactive", settings, wanted: undefined, budget, engine: await deps.engineFor?.(model, settings) }, runners), model, mode);
       if (plan.kind === "refuse") throw plan.error;
       return fitAnswer(plan, runners, pinned, (name) => {
         const r = roster.named(name);
