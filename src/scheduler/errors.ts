@@ -1,9 +1,17 @@
 import { HttpError } from "../http/errors.ts";
+import { formatSize } from "../models/gguf.ts";
+import type { RunnerOptions } from "./runner-options.ts";
 
 // The scheduler's failures, each with the status a client gets.
 
 export const loadFailed = (model: string, cause: unknown, note?: string) =>
   new HttpError(503, "unavailable_error", "model_load_failed", `model ${model} failed to load: ${describe(cause)}${note ? `; ${note}` : ""}`);
+
+/** Beside an out-of-memory at load, what we had estimated the runner needs. */
+export function estimateNote(error: unknown, memory: RunnerOptions["memory"]): string | undefined {
+  if ((error as { code?: unknown } | undefined)?.code !== "out_of_memory" || !memory) return undefined;
+  return `its estimate was ${formatSize(memory.total)} of ${memory.where === "gpu" ? "GPU memory" : "memory"}`;
+}
 
 export const queueFull = (model: string) =>
   new HttpError(503, "unavailable_error", "queue_full", `too many requests waiting for model ${model}; retry shortly`, {

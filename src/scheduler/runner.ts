@@ -1,19 +1,17 @@
-import { loadFailed, queueFull, RunnerGone, runnerUnresponsive } from "./errors.ts";
-import { keepAliveMs } from "./policy.ts";
+import { estimateNote, loadFailed, queueFull, RunnerGone, runnerUnresponsive } from "./errors.ts";
+import { KeepAlive } from "./keep-alive.ts";
 import type { RunnerProcess, StartRunner } from "./types.ts";
-import { formatSize } from "../models/gguf.ts";
 import { watchRunner, type Watchdog } from "./watchdog.ts";
-import { createLease, type Lease, type LeaseSlot } from "./lease.ts";
-import { FairQueue, SHARED_WINDOW_MS, type Turn } from "./fair-queue.ts";
+import type { Lease } from "./lease.ts";
+import { FairQueue, type Turn } from "./fair-queue.ts";
 import type { RunnerOptions } from "./runner-options.ts";
-import { SlotTable, type Placement } from "./affinity.ts";
-import { PrefixCopies } from "./prefix-copies.ts";
+import { SessionSlots } from "./session-slots.ts";
 
 export type { Lease, RunnerOptions };
 
-// One llama-server for one (model, mode): its life as a state machine, its slots, its queue (fair
-// across callers: see fair-queue.ts) and the leases it hands out. Only `enter` changes the state;
-// callers read it and ask (`acquire`, `stop`), never set it.
+// One llama-server for one (model, mode): its life as a state machine, its queue (fair across
+// callers: see fair-queue.ts) and the leases it hands out, each on the slot session-slots.ts
+// places it in. Only `enter` changes the state; callers read it and ask (`acquire`, `stop`), never set it.
 
 export type RunnerState = "loading" | "ready" | "draining" | "stopping" | "stopped";
 
@@ -48,9 +46,6 @@ export class Runner {
   #state: RunnerState = "loading";
   #lastUsed = Date.now();
   #lastInteractive: number | undefined;
-  /** When a request of an agent session last came (see inFlightCap). */
-  #sessionAt: number | undefined;
-  #inUse = 0;
   readonly stopped: Promise<void>;
   private readonly events: RunnerEvents;
   // Granted again when the runner stops being shared: see fair-queue.ts.
@@ -58,20 +53,17 @@ export class Runner {
   private readonly loadAbort = new AbortController();
   private process: RunnerProcess | undefined;
   private readonly death = new AbortController();
-  private keepAliveTimer: ReturnType<typeof setTimeout> | undefined;
-  /** Which slot each agent session's requests go to (see affinity.ts); made with the process. */
-  private slotTable: SlotTable;
-  private copies: PrefixCopies | undefined;
+  private readonly slots: SessionSlots;
   private watchdog: Watchdog | undefined;
-  #keepAlive: { text: string; ms: number };
+  readonly #keep: KeepAlive;
   private markStopped!: () => void;
 
   constructor(options: RunnerOptions, start: StartRunner, events: RunnerEvents) {
     this.options = options;
     this.events = events;
-    this.#keepAlive = { text: options.keepAlive, ms: keepAliveMs(options.keepAlive) };
+    this.#keep = new KeepAlive(options.keepAlive);
     this.stopped = new Promise((resolve) => (this.markStopped = resolve));
-    this.slotTable = new SlotTable(options.slots);
+    this.slots = new SessionSlots(options.slots, options.ahead);
     void this.load(start);
   }
 
@@ -91,34 +83,22 @@ export class Runner {
 
   /** Requests holding a slot now. */
   get inUse(): number {
-    return this.#inUse;
+    return this.slots.inUse;
   }
 
   /** How long it stays loaded once idle, as last asked for (see `keepFor`). */
   get keepAlive(): string {
-    return this.#keepAlive.text;
+    return this.#keep.text;
   }
 
   /** Sets how long the runner stays loaded once idle ("5m", "0", "-1"); applies from its next idle moment. */
   keepFor(keepAlive: string): void {
-    if (keepAlive === this.#keepAlive.text) return;
-    this.#keepAlive = { text: keepAlive, ms: keepAliveMs(keepAlive) };
+    this.#keep.set(keepAlive);
   }
 
-  /**
-   * Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts).
-   * None is queued there while agent sessions use the runner: a request in its queue takes the
-   * first slot that is idle there, and a slot the table gave a follower (see affinity.ts) is idle
-   * until the follower's copy is restored: taken meanwhile, the start is processed once more.
-   */
+  /** Requests at llama-server at once (see session-slots.ts). */
   private inFlightCap(lane: Turn["lane"] = "interactive"): number {
-    const queued = lane === "batch" || this.waiters.shared() || this.sessionsRecently() ? 0 : (this.options.ahead ?? 0);
-    return this.options.slots + queued;
-  }
-
-  /** Whether a request of an agent session came within SHARED_WINDOW_MS. */
-  private sessionsRecently(): boolean {
-    return this.#sessionAt !== undefined && Date.now() - this.#sessionAt < SHARED_WINDOW_MS;
+    return this.slots.inFlightCap(lane, () => this.waiters.shared());
   }
 
   get waiting(): number {
@@ -135,11 +115,11 @@ export class Runner {
     if (this.state === "stopping" || this.state === "stopped") return Promise.reject(new RunnerGone());
     signal?.throwIfAborted();
     this.waiters.note(turn.caller, turn.lane);
-    if (turn.session !== undefined && turn.placed !== false) this.#sessionAt = Date.now();
+    this.slots.asked(turn);
     if (turn.lane === "interactive") this.#lastInteractive = Date.now();
     if (this.state === "ready" && this.waiters.takesNow(turn, this.inFlightCap(turn.lane) - this.inUse)) return Promise.resolve(this.lease(turn));
     if (this.inUse + this.waiters.length >= this.options.slots + this.options.queueDepth) return Promise.reject(queueFull(this.options.model));
-    this.cancelKeepAlive();
+    this.#keep.cancel();
     return new Promise<Lease>((resolve, reject) => {
       const onAbort = () => {
         remove();
@@ -174,7 +154,7 @@ export class Runner {
   }
 
   async stop(): Promise<void> {
-    this.cancelKeepAlive();
+    this.#keep.cancel();
     this.watchdog?.stop();
     if (this.state === "loading") this.loadAbort.abort(new Error("unloaded while loading"));
     else if (this.state === "ready" || this.state === "draining") {
@@ -197,7 +177,7 @@ export class Runner {
     } catch (error) {
       this.enter("stopped");
       if (!this.loadAbort.signal.aborted) this.events.loadFailed(this, error);
-      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error, this.estimateNote(error)));
+      this.failWaiters(this.loadAbort.signal.aborted ? new RunnerGone() : loadFailed(this.options.model, error, estimateNote(error, this.options.memory)));
       return this.finish(false);
     }
     if (this.loadAbort.signal.aborted) {
@@ -207,8 +187,7 @@ export class Runner {
       return this.finish(false);
     }
     this.enter("ready");
-    const process = this.process;
-    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)));
+    this.slots.loaded(this.process);
     if (this.options.watch) this.watchdog = watchRunner(this.process, this.options.watch, (why) => this.hung(why));
     this.events.loaded(this, Date.now() - began);
     void this.process.exited.then((reason) => {
@@ -219,13 +198,6 @@ export class Runner {
     this.checkIdle();
   }
 
-  /** Beside an out-of-memory at load, what we had estimated it needs. */
-  private estimateNote(error: unknown): string | undefined {
-    const memory = this.options.memory;
-    if ((error as { code?: unknown } | undefined)?.code !== "out_of_memory" || !memory) return undefined;
-    return `its estimate was ${formatSize(memory.total)} of ${memory.where === "gpu" ? "GPU memory" : "memory"}`;
-  }
-
   /**
    * It stopped answering: the requests on it fail at once with a 502 (`died` aborts with it), those
    * queued for it go to a fresh runner, and the process is killed (SIGKILL: a stopped process would
@@ -234,7 +206,7 @@ export class Runner {
   private hung(why: string): void {
     if (this.state !== "ready" && this.state !== "draining") return;
     this.enter("stopping");
-    this.cancelKeepAlive();
+    this.#keep.cancel();
     console.error(`runner ${this.options.spec.name} of model ${this.options.model} stopped answering (${why}): killed`);
     this.death.abort(runnerUnresponsive(this.options.model, why));
     this.failWaiters(new RunnerGone());
@@ -254,7 +226,7 @@ export class Runner {
   }
 
   private finish(crashed: boolean): void {
-    this.cancelKeepAlive();
+    this.#keep.cancel();
     this.watchdog?.stop();
     this.markStopped();
     this.events.gone(this, crashed);
@@ -262,37 +234,15 @@ export class Runner {
 
   private lease(turn: Turn): Lease {
     const { caller, lane } = turn;
-    const where = this.place(turn);
-    this.#inUse++;
-    this.cancelKeepAlive();
-    return createLease(this.process!, this.death.signal, this.watchdog, () => {
-      this.#inUse--;
-      this.slotTable.release(where, Date.now());
-      if (where.kind === "take" && where.lead) this.copies?.ended(where.slot);
+    const lease = this.slots.lease(turn, this.process!, this.death.signal, this.watchdog, () => {
       this.waiters.release(caller, lane);
       this.#lastUsed = Date.now();
       if (lane === "interactive") this.#lastInteractive = this.#lastUsed;
       this.grantWaiters();
       this.checkIdle();
-    }, this.leaseSlot(where));
-  }
-
-  /**
-   * The slot a granted request goes to: a session's request within the slots (one handed to
-   * llama-server's own queue beyond them finds no slot free, and is left to it), by the table.
-   * Sessions are named per caller: one key never lands on another's slot by naming its session.
-   */
-  private place({ caller, session, prefix, placed }: Turn): Placement {
-    if (session === undefined || placed === false || this.#inUse >= this.options.slots) return { kind: "any" };
-    const group = prefix === undefined ? undefined : `${caller}\u0000${prefix}`;
-    return this.slotTable.place({ session: `${caller}\u0000${session}`, prefix, group }, Date.now());
-  }
-
-  private leaseSlot(where: Placement): LeaseSlot {
-    if (where.kind === "any") return {};
-    if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
-    if (where.kind !== "follow" || !this.copies) return { slot: where.slot };
-    return { slot: where.slot, ready: this.copies.follow(where.from, where.slot) };
+    });
+    this.#keep.cancel();
+    return lease;
   }
 
   private grantWaiters(): void {
@@ -307,14 +257,7 @@ export class Runner {
     if (this.busy || (this.state !== "ready" && this.state !== "draining")) return;
     if (this.state === "draining") return void this.stop();
     this.events.idle(this);
-    const ms = this.#keepAlive.ms;
-    if (ms === 0) this.events.expired(this);
-    else if (Number.isFinite(ms)) this.keepAliveTimer = setTimeout(() => this.events.expired(this), ms);
-  }
-
-  private cancelKeepAlive(): void {
-    clearTimeout(this.keepAliveTimer);
-    this.keepAliveTimer = undefined;
+    this.#keep.arm(() => this.events.expired(this));
   }
 
   private failWaiters(error: unknown): void {

@@ -1,87 +1,69 @@
 import { modelNotFound } from "../models/errors.ts";
 import { RunnerGone, runnerGone, shuttingDown } from "./errors.ts";
 import { unlessAborted } from "../http/abort.ts";
-import { planLaunch, planServe, wantedContext, type LaunchSnapshot, type RunnerSnapshot } from "./launch-plan.ts";
+import { planLaunch, planServe, wantedContext } from "./launch-plan.ts";
+import { launchSnapshot, readBudget, type Budget, type LaunchAsk } from "./launch-snapshot.ts";
 import { keepAliveAfterRequest, planAfter, planDelete, planRebalance, unloadable, type RunnerEvent } from "./lifecycle-plan.ts";
 import { runnerKey } from "./policy.ts";
 import { Runner, type RunnerEvents, type RunnerOptions } from "./runner.ts";
-import { runnerInfo, runnerSnapshot } from "./views.ts";
-import { modelBytes } from "./memory/detect.ts";
-import type { MemoryLimits } from "./memory/sizing.ts";
-import type { ModelSettings } from "./settings.ts";
+import { memoryInUse, runnerInfo, scrapeRunners } from "./views.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
 import { createRoomWaits } from "./room-waits.ts";
-import { modelName, type Lane, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
-import type { RunnerInfo, Scheduler, SchedulerDeps, UpgradeOutcome } from "./api.ts";
-import { buildName, sameBuild } from "./engine-upgrade.ts";
-import type { EngineBuild } from "./types.ts";
+import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
+import type { RunnerInfo, Scheduler, SchedulerDeps } from "./api.ts";
+import { createSuccession } from "./engine-upgrade.ts";
+import { Roster } from "./roster.ts";
 
 // The coordinator: at most one runner per (model, mode), at most `maxRunners` in all, the least
 // recently used idle one unloaded to make room, idle ones unloaded after their keep-alive. It is
-// the single writer of the runners' state: each decision is a pure plan (launch-plan.ts,
-// lifecycle-plan.ts) made from a snapshot of that state, and applied in the same synchronous step,
-// so no await separates a check from its effect.
-
-/** The memory budget and the model's weights, read once a launch is considered. */
-type Budget = { memory: MemoryLimits | undefined; weights: number };
+// the single writer of the runners' state (held in roster.ts, with an upgrade's in
+// engine-upgrade.ts): each decision is a pure plan (launch-plan.ts, lifecycle-plan.ts) made from a
+// snapshot of that state, and applied in the same synchronous step, so no await separates a check
+// from its effect.
 
 export type { RunnerInfo, Scheduler, SchedulerDeps, SchedulerLimits, SchedulerObserver } from "./api.ts";
 
 export function createScheduler(deps: SchedulerDeps): Scheduler {
-  const active = new Map<string, Runner>();
-  const leaving = new Set<Runner>();
+  const roster = new Roster(() => succession.loading());
+  const { active } = roster;
   const room = createRoomWaits();
   /** Model id -> deletes in progress: no runner of these launches. */
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
   const pinned = new Map<string, { model: ModelRef; mode: Mode }>();
-  /** Runners loading on a new build, each to take over from the old one once ready (see upgrade). */
-  const successors = new Map<Runner, { old: Runner; done(outcome: UpgradeOutcome): void }>();
-  /** Runners whose build changed with no room for a successor beside them: retired when next idle. */
-  const retireWhenIdle = new Set<Runner>();
+  const succession = createSuccession({ active, replace, unload: (r) => void unloadRunner(r), start });
   let serial = (deps.firstSerial ?? 1) - 1;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
 
   const info = (runner: Runner): RunnerInfo => runnerInfo(runner, pinned.has(runner.options.key));
 
-  const ofModel = (model: ModelRef, runners: Iterable<Runner> = active.values()) =>
-    [...runners].filter((r) => r.options.modelId === model.id);
-
-  // The state as the plans see it: read, decided on and acted upon in one synchronous step.
-  const everyRunner = () => [...active.values(), ...leaving, ...successors.keys()];
-  const runnerByName = (name: string) => everyRunner().find((r) => r.options.spec.name === name);
-  const snapshotOf = (r: Runner): RunnerSnapshot => runnerSnapshot(r, leaving.has(r));
-
   const notifyCapacity = room.notify;
 
   const events: RunnerEvents = {
     idle(runner) {
-      // After the idle moment's own bookkeeping (its keep-alive timer), which the stop cancels.
-      if (retireWhenIdle.delete(runner)) queueMicrotask(() => replace(runner));
+      succession.idle(runner);
       notifyCapacity();
     },
     expired: (runner) => after("expired", runner),
     loaded(runner, ms) {
       deps.observe?.loaded?.(runner.options.model, runner.options.mode, ms);
-      const upgrade = successors.get(runner);
-      if (upgrade) takeOver(runner, upgrade.old, upgrade.done);
-      for (const name of planRebalance(everyRunner().map(snapshotOf), deps.limits.cpuCores)) replace(runnerByName(name)!);
+      succession.loaded(runner);
+      for (const name of planRebalance(roster.snapshots(), deps.limits.cpuCores)) replace(roster.named(name)!);
     },
     loadFailed(runner, error) {
       deps.observe?.loadFailed?.(runner.options.model, runner.options.mode);
-      endUpgrade(runner, (error as Error)?.message ?? String(error));
+      succession.failed(runner, (error as Error)?.message ?? String(error));
     },
     gone(runner, crashed) {
-      if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
-      leaving.delete(runner);
-      endUpgrade(runner, "it stopped before it was ready");
+      roster.gone(runner);
+      succession.failed(runner, "it stopped before it was ready");
       if (crashed) deps.observe?.crashed?.(runner.options.model, runner.options.mode);
       notifyCapacity();
       after(crashed ? "crashed" : "stopped", runner);
     },
     unresponsive(runner) {
-      retire(runner);
+      roster.retire(runner);
       after("unresponsive", runner);
     },
   };
@@ -96,60 +78,16 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     }
   }
 
-  /** Out of service: new requests for its (model, mode) get a fresh runner; it stays listed until gone. */
-  function retire(runner: Runner): void {
-    if (active.get(runner.options.key) === runner) active.delete(runner.options.key);
-    leaving.add(runner);
-  }
-
   function unloadRunner(runner: Runner): Promise<void> {
-    retire(runner);
+    roster.retire(runner);
     return runner.stop();
   }
 
   /** Takes a runner out of service: it finishes what it serves and has queued; new requests get a fresh one. */
   function replace(runner: Runner): void {
-    retire(runner);
+    roster.retire(runner);
     runner.drain();
     after("replaced", runner);
-  }
-
-  /** A successor ready: it serves from now on, the runner it replaces finishes its requests and stops. */
-  function takeOver(successor: Runner, old: Runner, done: (outcome: UpgradeOutcome) => void): void {
-    successors.delete(successor);
-    const key = successor.options.key;
-    const current = active.get(key);
-    if (current === old) replace(old);
-    // Another runner took the place meanwhile (a reload): it is kept, this one goes.
-    if (current !== undefined && current !== old) void unloadRunner(successor);
-    else active.set(key, successor);
-    done({ kind: "upgraded", from: buildName(old.options.spec.engine), to: buildName(successor.options.spec.engine) });
-  }
-
-  /** A successor that failed to load, or went: the old runner serves on, and the caller hears why. */
-  function endUpgrade(successor: Runner, why: string): void {
-    const upgrade = successors.get(successor);
-    if (!upgrade) return;
-    successors.delete(successor);
-    upgrade.done({ kind: "failed", from: buildName(upgrade.old.options.spec.engine), to: buildName(successor.options.spec.engine), why });
-  }
-
-  /** The upgrade's decision, in one synchronous step: keep, launch a successor, or retire when idle. */
-  function startUpgrade(key: string, model: ModelRef, mode: Mode, settings: ModelSettings, engine: EngineBuild | undefined, budget: Budget): UpgradeOutcome | Promise<UpgradeOutcome> {
-    const old = active.get(key);
-    if (!old || old.state !== "ready" || [...successors.values()].some((u) => u.old === old)) return { kind: "none" };
-    const names = { from: buildName(old.options.spec.engine), to: buildName(engine) };
-    if (sameBuild(old.options.spec.engine, engine)) return { kind: "current", ...names };
-    retireWhenIdle.delete(old);
-    const plan = planLaunch(launchSnapshot(key, "interactive", settings, old.options.requestedContext, budget, engine), model, mode);
-    if (plan.kind !== "launch") {
-      if (old.busy) retireWhenIdle.add(old);
-      else replace(old);
-      return { kind: "when-idle", ...names };
-    }
-    serial++;
-    const successor = new Runner(plan.runner, deps.start, events);
-    return new Promise((done) => successors.set(successor, { old, done }));
   }
 
   function preload(model: ModelRef, mode: Mode): void {
@@ -171,7 +109,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       signal?.throwIfAborted();
       refuseIfUnservable(model);
       const runner = active.get(key);
-      const plan = planServe(runner && snapshotOf(runner), wanted);
+      const plan = planServe(runner && roster.snapshot(runner), wanted);
       if (plan === "replace") replace(runner!);
       return plan === "use" ? runner : undefined;
     };
@@ -186,14 +124,14 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
         const engine = await deps.engineFor?.(model, settings);
         if (loaded()) continue;
         if (!budget) {
-          budget = await readBudget(model);
+          budget = await readBudget(deps, model);
           continue; // what was read above may have changed meanwhile: decide afresh
         }
-        const plan = planLaunch(launchSnapshot(key, lane, settings, wanted, budget, engine), model, mode);
+        const plan = planLaunch(snapshotFor({ key, lane, settings, wanted, budget, engine }), model, mode);
         if (plan.kind === "launch") return use(launch(plan.runner));
         if (plan.kind === "refuse") throw plan.error;
         // The unloads go on if the client leaves; only the wait for them ends.
-        if (plan.kind === "evict") await unlessAborted(Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!))), signal);
+        if (plan.kind === "evict") await unlessAborted(Promise.all(plan.names.map((name) => unloadRunner(roster.named(name)!))), signal);
         else {
           if (lane === "interactive" && !counted) {
             counted = true;
@@ -214,30 +152,17 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
     if (deleting.has(model.id)) throw modelNotFound(modelName(model));
   };
 
-  const readBudget = async (model: ModelRef): Promise<Budget> => {
-    const memory = await deps.memory?.();
-    return { memory, weights: memory ? await (deps.modelBytes ?? modelBytes)(model) : 0 };
-  };
+  /** What a launch decides on: the runners as they are now (or as `runners` gives them). */
+  const snapshotFor = (ask: LaunchAsk, runners = roster.snapshots()) => launchSnapshot({ runners, pinned, limits: deps.limits, room, serial }, ask);
 
-  /** What a launch of `key` decides on: the runners as they are now (or as `runners` gives them). */
-  const launchSnapshot = (key: string, lane: Lane, settings: ModelSettings, wanted: number | undefined, { memory, weights }: Budget, engine?: EngineBuild, runners = everyRunner().map(snapshotOf)): LaunchSnapshot => ({
-    runners,
-    pinned,
-    limits: deps.limits,
-    settings,
-    ...(wanted !== undefined ? { wantedContext: wanted } : {}),
-    ...(memory ? { memory: { limits: memory, weights } } : {}),
-    waitingForRoom: room.waitingFor(key),
-    lane,
-    now: Date.now(),
-    interactiveWaitingForRoom: room.interactiveWaiting(),
-    serial: serial + 1,
-    ...(engine ? { engine } : {}),
-  });
+  /** A runner started on `options`, not yet in service (see launch). */
+  function start(options: RunnerOptions): Runner {
+    serial++;
+    return new Runner(options, deps.start, events);
+  }
 
   function launch(options: RunnerOptions): Runner {
-    serial++;
-    const runner = new Runner(options, deps.start, events);
+    const runner = start(options);
     active.set(options.key, runner);
     return runner;
   }
@@ -265,26 +190,25 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       // Waits for the runner like a request would, then gives the slot straight back.
       (await this.acquire(model, mode)).release();
     },
-    runners: () => everyRunner().map(info),
+    runners: () => roster.all().map(info),
     async memory() {
       const budget = (await deps.memory?.())?.budget;
       if (!budget) return undefined;
-      const used = (part: (m: NonNullable<RunnerOptions["memory"]>) => number) => everyRunner().reduce((sum, r) => sum + (r.options.memory ? part(r.options.memory) : 0), 0);
-      return { budget, usedBytes: used((m) => m.total), hostUsedBytes: used((m) => m.host) };
+      return { budget, ...memoryInUse(roster.all()) };
     },
     async unload(match) {
-      const idle = everyRunner().filter((r) => unloadable(snapshotOf(r), pinned) && match(info(r)));
+      const idle = roster.all().filter((r) => unloadable(roster.snapshot(r), pinned) && match(info(r)));
       await Promise.all(idle.map(unloadRunner));
       return idle.length;
     },
     async whileDeleting(model, remove) {
       // The plan, the guard and taking the runners out of `active` are one synchronous step.
       const isPinned = [...pinned.values()].some((p) => p.model.id === model.id);
-      const plan = planDelete(ofModel(model, everyRunner()).map(snapshotOf), isPinned, modelName(model));
+      const plan = planDelete(roster.ofModel(model, roster.all()).map((r) => roster.snapshot(r)), isPinned, modelName(model));
       if (plan.kind === "refuse") throw plan.error;
       deleting.set(model.id, (deleting.get(model.id) ?? 0) + 1);
       try {
-        await Promise.all(plan.names.map((name) => unloadRunner(runnerByName(name)!)));
+        await Promise.all(plan.names.map((name) => unloadRunner(roster.named(name)!)));
         return await remove();
       } finally {
         const left = deleting.get(model.id)! - 1;
@@ -296,42 +220,37 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       if (!deps.engineFor || !active.has(runnerKey(model.id, mode))) return { kind: "none" };
       const settings = await deps.settings.get(model.id);
       const engine = await deps.engineFor(model, settings);
-      return startUpgrade(runnerKey(model.id, mode), model, mode, settings, engine, await readBudget(model));
+      const budget = await readBudget(deps, model);
+      // From here on, one synchronous step: the successor's launch is planned as a request's would be.
+      const key = runnerKey(model.id, mode);
+      return succession.begin(active.get(key), engine, (old) => planLaunch(snapshotFor({ key, lane: "interactive", settings, wanted: old.options.requestedContext, budget, engine }), model, mode));
     },
     reload(model) {
-      for (const runner of ofModel(model)) replace(runner);
+      for (const runner of roster.ofModel(model)) replace(runner);
     },
     async fit(model, mode, changes = {}) {
       const key = runnerKey(model.id, mode);
       const settings = { ...(await deps.settings.get(model.id)), ...changes };
-      const budget = await readBudget(model);
+      const budget = await readBudget(deps, model);
       // From here on, one synchronous step, as a launch decides.
       refuseIfUnservable(model);
       const runner = active.get(key);
       const changed = Object.keys(changes).length > 0;
-      if (runner && !changed && planServe(snapshotOf(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
-      const runners = fitRunners(everyRunner().map(snapshotOf), runner?.options.spec.name);
-      const plan = planLaunch(launchSnapshot(key, "interactive", settings, undefined, budget, await deps.engineFor?.(model, settings), runners), model, mode);
+      if (runner && !changed && planServe(roster.snapshot(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
+      const runners = fitRunners(roster.snapshots(), runner?.options.spec.name);
+      const plan = planLaunch(snapshotFor({ key, lane: "interactive", settings, wanted: undefined, budget, engine: await deps.engineFor?.(model, settings) }, runners), model, mode);
       if (plan.kind === "refuse") throw plan.error;
       return fitAnswer(plan, runners, pinned, (name) => {
-        const r = runnerByName(name);
+        const r = roster.named(name);
         return r && { model: r.options.model, mode: r.options.mode, bytes: r.options.memory?.total ?? 0 };
       });
     },
-    async scrape(path) {
-      // Runners not ready (or gone meanwhile) answer undefined and are left out.
-      const runners = [...active.values()];
-      const texts = await Promise.all(runners.map((r) => r.scrape(path).catch(() => undefined)));
-      return runners.flatMap((r, i) => {
-        const text = texts[i];
-        return text === undefined ? [] : [{ model: r.options.model, mode: r.options.mode, text }];
-      });
-    },
+    scrape: (path) => scrapeRunners([...active.values()], path),
     async stopAll() {
       closed = true;
       // Those waiting for room wake, find the scheduler closed, and fail.
       notifyCapacity();
-      await Promise.all(everyRunner().map(unloadRunner));
+      await Promise.all(roster.all().map(unloadRunner));
     },
   };
 }

@@ -1,8 +1,10 @@
 import type { RunnerInfo } from "./api.ts";
 import type { RunnerSnapshot } from "./launch-plan.ts";
-import type { Runner } from "./runner.ts";
+import type { Runner, RunnerOptions } from "./runner.ts";
+import type { Mode } from "./types.ts";
 
-// A runner as others see it: as listings (and `unload`'s match) do, and as the plans do.
+// A runner as others see it: as listings (and `unload`'s match) do, and as the plans do; and what
+// the runners hold and report together (their memory, their metrics).
 
 export const runnerInfo = (runner: Runner, pinned: boolean): RunnerInfo => ({
   model: runner.options.model,
@@ -39,3 +41,18 @@ export const runnerSnapshot = (r: Runner, leaving: boolean): RunnerSnapshot => (
   ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
   ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
 });
+
+/** The memory the runners' estimates add up to: all of it, and what lives in host memory. */
+export function memoryInUse(runners: Runner[]): { usedBytes: number; hostUsedBytes: number } {
+  const used = (part: (m: NonNullable<RunnerOptions["memory"]>) => number) => runners.reduce((sum, r) => sum + (r.options.memory ? part(r.options.memory) : 0), 0);
+  return { usedBytes: used((m) => m.total), hostUsedBytes: used((m) => m.host) };
+}
+
+/** A GET of `path` on each runner; runners not ready (or gone meanwhile) answer undefined and are left out. */
+export async function scrapeRunners(runners: Runner[], path: string): Promise<{ model: string; mode: Mode; text: string }[]> {
+  const texts = await Promise.all(runners.map((r) => r.scrape(path).catch(() => undefined)));
+  return runners.flatMap((r, i) => {
+    const text = texts[i];
+    return text === undefined ? [] : [{ model: r.options.model, mode: r.options.mode, text }];
+  });
+}

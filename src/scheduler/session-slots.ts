@@ -1,0 +1,93 @@
+import { SlotTable, type Placement } from "./affinity.ts";
+import { SHARED_WINDOW_MS, type Turn } from "./fair-queue.ts";
+import { createLease, type Lease, type LeaseSlot } from "./lease.ts";
+import { PrefixCopies } from "./prefix-copies.ts";
+import type { RunnerProcess } from "./types.ts";
+import type { Watchdog } from "./watchdog.ts";
+
+// One runner's slots and the leases on them: how many are held, which slot a granted request goes
+// to (the slot table, affinity.ts), the copy of a start a follower restores first
+// (prefix-copies.ts), and how many requests go to llama-server at once while agent sessions use
+// it. Apart from runner.ts, whose state machine decides when a request is granted; this decides
+// where it goes once it is, and frees its slot when it ends.
+
+export class SessionSlots {
+  #inUse = 0;
+  /** Which slot each agent session's requests go to (see affinity.ts). */
+  private readonly table: SlotTable;
+  /** Made with the process, which copies slots (or cannot). */
+  private copies: PrefixCopies | undefined;
+  /** When a request of an agent session last came (see inFlightCap). */
+  private sessionAt: number | undefined;
+  private readonly slots: number;
+  private readonly ahead: number;
+
+  constructor(slots: number, ahead: number | undefined) {
+    this.slots = slots;
+    this.ahead = ahead ?? 0;
+    this.table = new SlotTable(slots);
+  }
+
+  /** The process is up: its slots can be copied from now on. */
+  loaded(process: RunnerProcess): void {
+    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)));
+  }
+
+  /** A request asks for a slot (placed ones of a session keep llama-server's queue empty a while). */
+  asked(turn: Turn): void {
+    if (turn.session !== undefined && turn.placed !== false) this.sessionAt = Date.now();
+  }
+
+  /**
+   * Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts).
+   * None is queued there while agent sessions use the runner (nor for batch work, nor while it is
+   * `shared` by callers): a request in its queue takes the first slot that is idle there, and a
+   * slot the table gave a follower (see affinity.ts) is idle until the follower's copy is
+   * restored: taken meanwhile, the start is processed once more.
+   */
+  inFlightCap(lane: Turn["lane"], shared: () => boolean): number {
+    const queued = lane === "batch" || shared() || this.sessionsRecently() ? 0 : this.ahead;
+    return this.slots + queued;
+  }
+
+  /** Requests holding a slot now. */
+  get inUse(): number {
+    return this.#inUse;
+  }
+
+  /** A lease on a slot of `process` for a granted request; `released` runs once its slot is free again. */
+  lease(turn: Turn, process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void): Lease {
+    const where = this.place(turn);
+    this.#inUse++;
+    return createLease(process, died, watchdog, () => {
+      this.#inUse--;
+      this.table.release(where, Date.now());
+      // A leader's followers may copy its slot now.
+      if (where.kind === "take" && where.lead) this.copies?.ended(where.slot);
+      released();
+    }, this.leaseSlot(where));
+  }
+
+  /** Whether a request of an agent session came within SHARED_WINDOW_MS. */
+  private sessionsRecently(): boolean {
+    return this.sessionAt !== undefined && Date.now() - this.sessionAt < SHARED_WINDOW_MS;
+  }
+
+  /**
+   * The slot a granted request goes to: a session's request within the slots (one handed to
+   * llama-server's own queue beyond them finds no slot free, and is left to it), by the table.
+   * Sessions are named per caller: one key never lands on another's slot by naming its session.
+   */
+  private place({ caller, session, prefix, placed }: Turn): Placement {
+    if (session === undefined || placed === false || this.#inUse >= this.slots) return { kind: "any" };
+    const group = prefix === undefined ? undefined : `${caller}\u0000${prefix}`;
+    return this.table.place({ session: `${caller}\u0000${session}`, prefix, group }, Date.now());
+  }
+
+  private leaseSlot(where: Placement): LeaseSlot {
+    if (where.kind === "any") return {};
+    if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
+    if (where.kind !== "follow" || !this.copies) return { slot: where.slot };
+    return { slot: where.slot, ready: this.copies.follow(where.from, where.slot) };
+  }
+}
