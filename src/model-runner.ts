@@ -23,6 +23,9 @@ import { VERSION } from "./version.ts";
 // The model runner's wiring: its store, scheduler, routes and guard policy. Loaded only when the
 // runner is served, so that an album-only process does not carry its code and heap.
 
+/** The engines' events the live state carries: the last few (all of them: GET /engines/builds/events). */
+const ENGINE_EVENTS_SHOWN = 20;
+
 /** Over the Unix socket, Docker Model Runner's paths carry this prefix; we accept it on TCP too. */
 export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 
@@ -101,6 +104,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       models: () => store.list(),
       pulls: () => models.pulls(),
       loads: () => inference.loads.view(),
+      engineEvents: () => inference.engines.events.list().slice(-ENGINE_EVENTS_SHOWN),
       runDir: config.inference.runtimeDir,
       notBrowser: runningText,
       ending: streamsEnd.signal,

@@ -1,4 +1,5 @@
-// What happened to the engines, newest last, kept in memory (GET /engines/events) and logged: pulls,
+// What happened to the engines, newest last, kept in memory (GET /engines/builds/events; the last of them in the
+// live state /engines/events streams) and logged: pulls,
 // removals, a new default, and each loaded runner's move to another build (done, left for its next
 // idle moment, or failed with the reason while the old build serves on).
 

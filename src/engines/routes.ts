@@ -121,7 +121,7 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
     { method: "POST", path: "/engines/builds", handle: adminOnly(pull) },
     { method: "POST", path: "/engines/builds/default", handle: adminOnly(use) },
     { method: "DELETE", path: "/engines/builds/:name+", handle: adminOnly((request) => remove(String(request.params.name))) },
-    { method: "GET", path: "/engines/events", handle: () => Response.json(engines.events.list()) },
+    { method: "GET", path: "/engines/builds/events", handle: () => Response.json(engines.events.list()) },
     { method: "POST", path: "/engines/install-backend", handle: adminOnly(installBackend) },
     { method: "POST", path: "/engines/uninstall-backend", handle: adminOnly(uninstallBackend) },
   ];

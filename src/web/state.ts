@@ -13,6 +13,8 @@ export type StateDeps = {
   pulls: () => PullStatus[];
   /** Loads in progress and the last loads of each model (see inference/loads.ts). */
   loads?: () => unknown;
+  /** The engines' last events (pulls, moves to another build and why one failed: src/engines/events.ts). */
+  engineEvents?: () => unknown[];
   /** The sidecar's pid files (`<id12>-<mode>-<serial>.pid`), for the runners' memory. */
   runDir: string;
 };
@@ -51,7 +53,7 @@ export async function liveState(deps: StateDeps) {
     parameters: m.config.parameters ?? null,
     quantization: m.config.quantization ?? null,
   }));
-  return { runners, models, pulls: deps.pulls(), loads: deps.loads?.() ?? null };
+  return { runners, models, pulls: deps.pulls(), loads: deps.loads?.() ?? null, engine_events: deps.engineEvents?.() ?? [] };
 }
 
 /**

@@ -25,7 +25,7 @@ function api(stack: Stack) {
   return {
     ask: (method: string, path: string, body?: object) => ask(target(), method, path, body),
     ps: async () => (await ask(target(), "GET", "/engines/ps")).json() as Ps,
-    events: async () => (await ask(target(), "GET", "/engines/events")).json() as Event[],
+    events: async () => (await ask(target(), "GET", "/engines/builds/events")).json() as Event[],
     configure: (body: object) => ask(target(), "POST", "/engines/_configure", body),
     stream: (body: object, count: number) => openStream(target(), "/engines/v1/completions", body, count),
   };
@@ -112,6 +112,9 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     const seen = (await http.events()).length;
     expect((await http.configure({ model: "ai/tiny", engine: "v2" })).status).toBe(202);
     await until(async () => (await http.events()).slice(seen).some((e) => e.kind === "upgraded" && e.model === "ai/tiny:latest"), "the move to v2");
+    // The live state the page streams carries the last events too.
+    const live = (await http.ask("GET", "/engines/state")).json() as { engine_events: Event[] };
+    expect(live.engine_events.at(-1)).toMatchObject({ kind: "upgraded", model: "ai/tiny:latest", engine: "v2" });
     // Both runners now: the new one serving, the old one finishing the request it holds.
     const during = (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest");
     expect(during.map((r) => `${r.engine} ${r.state}`).sort()).toEqual(["v1 draining", "v2 ready"]);
