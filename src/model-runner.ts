@@ -32,7 +32,7 @@ export const UNIX_SOCKET_PREFIX = "/exp/vDD4.40";
 /** What Docker Model Runner's clients ask to see that a runner is there, and which. */
 const runningText = () => new Response("Docker Model Runner is running", { headers: { "content-type": "text/plain; charset=utf-8" } });
 const aboutRoutes: Route[] = [
-  { method: "GET", path: "/", handle: runningText },
+  // `/`: the web routes' (the page for browsers, runningText for everyone else).
   { method: "GET", path: "/version", handle: () => Response.json({ version: VERSION }) },
 ];
 
@@ -98,7 +98,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     ...ollamaRoutes({ inference: inference.deps, store, models, version: OLLAMA_API_VERSION }),
     ...inference.routes,
     ...logRoutes({ store, logDir: config.inference.logDir, ending: streamsEnd.signal }),
-    // Before aboutRoutes: `/` is the page for browsers, and DMR's text for everyone else.
+    // `/` is the page for browsers, and DMR's text for everyone else.
     ...webRoutes({
       runners: () => inference.scheduler.runners(),
       models: () => store.list(),

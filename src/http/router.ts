@@ -23,6 +23,7 @@ export type Route = {
  */
 export function routeTable(routes: Route[], { prefixes = [""], report }: { prefixes?: string[]; report?: ReportError } = {}): FetchHandler {
   const render = (error: unknown, request: Request) => renderError(error, request, report);
+  refuseTwice(routes);
   const groups = new Map<string, Route[]>();
   for (const prefix of prefixes) {
     for (const route of routes) {
@@ -41,6 +42,20 @@ export function routeTable(routes: Route[], { prefixes = [""], report }: { prefi
     const key = groupKey(new URL(request.url).pathname, prefixes);
     return ((key !== undefined && routers.get(key)) || fallback).fetch(request);
   };
+}
+
+/**
+ * Two routes of one method and path: the one listed first answers and the other never does, and
+ * which is first depends on how the tables were joined (a list of engine events once took the
+ * status page's event stream this way). Refused when the table is built, so the server does not start.
+ */
+function refuseTwice(routes: Route[]): void {
+  const seen = new Set<string>();
+  for (const { method, path } of routes) {
+    const key = `${method} ${path}`;
+    if (seen.has(key)) throw new Error(`route ${key} is listed twice: only the first would ever answer`);
+    seen.add(key);
+  }
 }
 
 /**

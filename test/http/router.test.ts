@@ -51,6 +51,13 @@ describe("routeTable", () => {
     expect(await call("POST", "/v1/crashes")).toMatchObject({ status: 500, body: { error: { code: "internal_error" } } });
   });
 
+  it("refuses a method and path listed twice, where only the first would ever answer", () => {
+    const twice: Route[] = [...ROUTES, { method: "GET", path: "/models", handle: named("again") }];
+    expect(() => routeTable(twice)).toThrow("route GET /models is listed twice");
+    // The same path under another method is another route.
+    expect(() => routeTable([...ROUTES, { method: "DELETE", path: "/models", handle: named("delete") }])).not.toThrow();
+  });
+
   it("answers another method 405 with Allow, and an unknown path 404", async () => {
     expect(await call("GET", "/v1/completions")).toMatchObject({ status: 405, allow: "POST" });
     expect(await call("POST", "/nowhere")).toMatchObject({ status: 404 });
