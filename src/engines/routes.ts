@@ -83,16 +83,14 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
   async function use(request: Request): Promise<Response> {
     const { name } = await readJson(request, UseBody);
     const chosen = await engines.use(name === null ? undefined : checkName(name));
-    // Models that name their own engine keep it.
-    const own = new Set(Object.entries(await deps.settings.all()).flatMap(([id, s]) => (s.engine ? [id] : [])));
-    const moving = moveRunners((id) => !own.has(id));
+    const moving = moveRunners(await withoutOwnEngine());
     return Response.json({ default: chosen.name, version: chosen.version, runners_moving: moving });
   }
 
   /** DMR's install-backend: a llama.cpp build by version or image, pulled and made the default. */
   async function installBackend(request: Request): Promise<Response> {
     const body = await readJson(request, BackendBody);
-    if (body.backend !== ENGINE) throw badRequest("unsupported_backend", `only the ${ENGINE} backend is served here, not ${JSON.stringify(body.backend.slice(0, 100))}`);
+    refuseOtherBackends(body.backend);
     const wanted = body.reference ?? (body.version ? officialImage(body.version, await hasGpu()) : undefined);
     if (!wanted) return Response.json({ backend: ENGINE, installed: BUILTIN });
     const record = await engines.pull(checkName(wanted), request.signal);
@@ -102,10 +100,19 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
 
   async function uninstallBackend(request: Request): Promise<Response> {
     const body = await readJson(request, BackendBody);
-    if (body.backend !== ENGINE) throw badRequest("unsupported_backend", `only the ${ENGINE} backend is served here`);
+    refuseOtherBackends(body.backend);
     const name = body.reference ?? body.version;
-    if (!name) throw badRequest("invalid_engine", "say which build: version or reference");
-    return remove(name);
+    if (name) return remove(name);
+    // DMR's client names the backend alone: its downloaded build goes, the bundled one serves. Here
+    // the default goes back to the built-in build; the pulled one stays until `engine rm` or a purge.
+    const chosen = await engines.use(BUILTIN);
+    return Response.json({ backend: ENGINE, default: chosen.name, version: chosen.version, runners_moving: moveRunners(await withoutOwnEngine()) });
+  }
+
+  /** Models that name their own engine keep it when the default changes. */
+  async function withoutOwnEngine(): Promise<(modelId: string) => boolean> {
+    const own = new Set(Object.entries(await deps.settings.all()).flatMap(([id, s]) => (s.engine ? [id] : [])));
+    return (id) => !own.has(id);
   }
 
   /** Only an admin key (the Unix socket, and everyone where no keys are asked, are admins). */
@@ -125,6 +132,11 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
     { method: "POST", path: "/engines/install-backend", handle: adminOnly(installBackend) },
     { method: "POST", path: "/engines/uninstall-backend", handle: adminOnly(uninstallBackend) },
   ];
+}
+
+/** Docker Model Runner's other backends (vllm, diffusers...) are not here: 404, as DMR answers a backend it lacks. */
+function refuseOtherBackends(backend: string): void {
+  if (backend !== ENGINE) throw new HttpError(404, "not_found_error", "backend_not_found", `only the ${ENGINE} backend is served here, not ${JSON.stringify(backend.slice(0, 100))}`);
 }
 
 /**

@@ -205,7 +205,14 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect(installed.json()).toMatchObject({ backend: "llama.cpp", installed: "v1" });
     const uninstall = await http.ask("POST", "/engines/uninstall-backend", { backend: "llama.cpp", version: "v1" });
     expect(uninstall.status).toBe(409);
-    expect((await http.ask("POST", "/engines/install-backend", { backend: "vllm" })).status).toBe(400);
+    // A backend not served here: 404, as DMR answers one it lacks.
+    const vllm = await http.ask("POST", "/engines/install-backend", { backend: "vllm" });
+    expect([vllm.status, vllm.json().error.code]).toEqual([404, "backend_not_found"]);
+    // DMR's client uninstalls by backend alone: back to the built-in build, v1 kept in the store.
+    const back = await http.ask("POST", "/engines/uninstall-backend", { backend: "llama.cpp" });
+    expect(back.status, back.body).toBe(200);
+    expect(back.json()).toMatchObject({ backend: "llama.cpp", default: "builtin" });
+    expect((await http.ask("GET", "/engines/builds")).json()).toMatchObject({ default: "builtin", builds: expect.arrayContaining([expect.objectContaining({ name: "v1" })]) });
   });
 
   it("purges a pull left unfinished, counting its bytes", async () => {
