@@ -208,7 +208,7 @@ export class Runner {
     }
     this.enter("ready");
     const process = this.process;
-    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)));
+    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)), process.parking);
     if (this.options.watch) this.watchdog = watchRunner(this.process, this.options.watch, (why) => this.hung(why));
     this.events.loaded(this, Date.now() - began);
     void this.process.exited.then((reason) => {
@@ -291,8 +291,7 @@ export class Runner {
   private leaseSlot(where: Placement): LeaseSlot {
     if (where.kind === "any") return {};
     if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
-    if (where.kind !== "follow" || !this.copies) return { slot: where.slot };
-    return { slot: where.slot, ready: this.copies.follow(where.from, where.slot) };
+    return this.copies?.prepare(where) ?? { slot: where.slot };
   }
 
   private grantWaiters(): void {
