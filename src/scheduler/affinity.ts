@@ -52,8 +52,9 @@ export type Placement =
 
 /**
  * The placement of `ask` among `slots`, given the slot of a request now processing each group's
- * start (`leading`) and the sessions whose slots were given away (`parked`). A session with its slot free goes back to it; a session whose slot is busy (a side
- * request of the same session) is left to llama-server. Any other gives up a slot: an empty one,
+ * start (`leading`) and the sessions whose slots were given away (`parked`). A session with its
+ * slot free goes back to it; a session whose slot is busy (a side request of the same session) is
+ * left to llama-server. Any other gives up a slot: an empty one,
  * else the free one least recently used. If that slot does not hold the request's start, the
  * start is copied in from a free slot that holds it, else from the request processing it (once
  * that ends); with neither, the request processes its start there itself, and leads. A slot
