@@ -116,9 +116,9 @@ export class Runner {
     return this.options.slots + queued;
   }
 
-  /** Whether a request of an agent session came within SHARED_WINDOW_MS. */
+  /** Whether a request of an agent session came within SHARED_WINDOW_MS, or one is placed on a slot now (a prompt may take longer). */
   private sessionsRecently(): boolean {
-    return this.#sessionAt !== undefined && Date.now() - this.#sessionAt < SHARED_WINDOW_MS;
+    return this.slotTable.view().some((s) => s.busy) || (this.#sessionAt !== undefined && Date.now() - this.#sessionAt < SHARED_WINDOW_MS);
   }
 
   get waiting(): number {
