@@ -17,12 +17,14 @@ import { startStack } from "../test/inference/harness.ts";
 //
 //   npm run bench:agents    (BENCH_SLOTS: slots of the runner, default 3; BENCH_TURNS: T, default 4;
 //                            BENCH_PREFIX_CHARS: the start's length, system prompt and tools, default 26000: ~20k tokens;
-//                            BENCH_ANSWER: tokens a turn's answer streams, default 16)
+//                            BENCH_ANSWER: tokens a turn's answer streams, default 16;
+//                            BENCH_SESSIONS: K, one run of it alone, default both K = slots and K = 2x slots)
 
 const SLOTS = Number(process.env.BENCH_SLOTS ?? 3);
 const TURNS = Number(process.env.BENCH_TURNS ?? 4);
 const PREFIX_CHARS = Number(process.env.BENCH_PREFIX_CHARS ?? 26_000);
 const ANSWER = Number(process.env.BENCH_ANSWER ?? 16);
+const KS = process.env.BENCH_SESSIONS ? [Number(process.env.BENCH_SESSIONS)] : [SLOTS, 2 * SLOTS];
 const MODEL = "ai/agent";
 /** The tiny chat model (byte-level BPE, a ChatML template with tools), with room for the start and the history in each slot. */
 const SHAPE = { vocabulary: "bpe" as const, seed: 1, context: 32768 };
@@ -173,7 +175,7 @@ try {
   try {
     const shared = await sharedTokens(llama.side.fetchVia, "k");
     console.log(`model: tiny chat model (BPE, 2 layers of 64), ${SLOTS} slots, shared start ${shared} tokens, ${TURNS} turns of ${ANSWER} streamed tokens`);
-    for (const sessions of [SLOTS, 2 * SLOTS]) {
+    for (const sessions of KS) {
       const figures: Record<string, { tokens: number; ideal: number; ttft: number[]; totalMs: number; again: number }> = {};
       // Each side its own salt: neither finds the other's start in a cache (they are separate processes anyway).
       for (const side of [llama.side, ours]) {

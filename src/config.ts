@@ -73,7 +73,7 @@ function toConfig(s: SettingValues) {
       usageBounds: { maxRows: s.USAGE_MAX_ROWS, keepDays: s.USAGE_KEEP_DAYS },
       batches: { path: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"), perKey: s.BATCHES_PER_KEY, running: s.BATCHES_RUNNING },
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
-      slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS },
+      slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS, parking: s.INFERENCE_SLOT_PARKING },
       promptsPerKey: s.INFERENCE_PROMPT_CACHE_PER_KEY,
       sessionAffinity: s.INFERENCE_SESSION_AFFINITY,
     },

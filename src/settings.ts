@@ -196,6 +196,9 @@ export const Settings = z.object({
   INFERENCE_SLOT_CACHE_PATH: z.string().min(1).optional(),
   INFERENCE_SLOT_CACHE_BUDGET: z.string().regex(BYTES_PATTERN, "a size like 4GiB or 0 (off)").default("4GiB").transform(parseBytes),
   INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS: z.coerce.number().int().nonnegative().default(5_000),
+  // A session's conversation displaced from its slot by another session saved into that folder,
+  // and restored when it comes back (src/slot-cache/parking.ts); false: it is processed again.
+  INFERENCE_SLOT_PARKING: z.enum(["true", "false"]).default("true").transform((v) => v === "true"),
   // Where keys share a runner, a cache one key made is reused for another's prompt with the same
   // start, which shows in timings: true keeps reuse to a runner only one key has used (per-key.ts).
   INFERENCE_PROMPT_CACHE_PER_KEY: z.enum(["true", "false"]).default("false").transform((v) => v === "true"),

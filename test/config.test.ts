@@ -104,6 +104,12 @@ describe("security settings", () => {
     expect(() => loadConfig({ INFERENCE_CTX_CHECKPOINTS: "33" }, [])).toThrow(/INFERENCE_CTX_CHECKPOINTS/);
   });
 
+  it("parks displaced sessions' conversations unless INFERENCE_SLOT_PARKING is false", () => {
+    expect(loadConfig({}, []).inference.slotCache.parking).toBe(true);
+    expect(loadConfig({ INFERENCE_SLOT_PARKING: "false" }, []).inference.slotCache.parking).toBe(false);
+    expect(() => loadConfig({ INFERENCE_SLOT_PARKING: "off" }, [])).toThrow(/INFERENCE_SLOT_PARKING/);
+  });
+
   it("places agent sessions on their slots unless INFERENCE_SESSION_AFFINITY is false", () => {
     expect(loadConfig({}, []).inference.sessionAffinity).toBe(true);
     expect(loadConfig({ INFERENCE_SESSION_AFFINITY: "false" }, []).inference.sessionAffinity).toBe(false);

@@ -9,6 +9,12 @@
 // looks for a better one nor consults its host prompt cache), so a slot is named only where its
 // contents are known to be the session's, or are made so first (a copy: see `Placement`).
 //
+// Parking: with more sessions than slots, a slot given to one session holds another's
+// conversation, which that session would process again on its next turn (llama-server does not
+// restore a slot named by `id_slot` from its host prompt cache). So the displaced conversation is
+// saved first (parked, under its session's name, which is per key), and a session whose slot was
+// given away gets its parked conversation restored into the slot it is given (prefix-copies.ts).
+//
 // Decisions are pure (`placement`, table-tested); `SlotTable` keeps the state they are made from,
 // changed only by `place` and `release`, in the runner's single synchronous step of a grant.
 
@@ -20,6 +26,13 @@ export type SlotState = { session?: string | undefined; prefix?: string | undefi
  * start, and whose leaders it may wait for (its key's: another key's long answer never holds it).
  */
 export type Ask = { session?: string | undefined; prefix?: string | undefined; group?: string | undefined };
+
+/**
+ * What goes with a slot given up (`take` and `follow`): `park`, the session whose conversation the
+ * slot holds, saved before the request is sent; `unpark`, the request's session, whose slot was
+ * given away (its conversation parked then): restored into the slot instead of a copy of its start.
+ */
+export type Moves = { park?: string; unpark?: string };
 
 /**
  * Where a request goes:
@@ -34,18 +47,21 @@ export type Ask = { session?: string | undefined; prefix?: string | undefined; g
 export type Placement =
   | { kind: "any" }
   | { kind: "own"; slot: number }
-  | { kind: "take"; slot: number; lead: boolean }
-  | { kind: "follow"; slot: number; from: number };
+  | ({ kind: "take"; slot: number; lead: boolean } & Moves)
+  | ({ kind: "follow"; slot: number; from: number } & Moves);
 
 /**
  * The placement of `ask` among `slots`, given the slot of a request now processing each group's
- * start (`leading`). A session with its slot free goes back to it; a session whose slot is busy (a side
- * request of the same session) is left to llama-server. Any other gives up a slot: an empty one,
+ * start (`leading`) and the sessions whose slots were given away (`parked`). A session with its
+ * slot free goes back to it; a session whose slot is busy (a side request of the same session) is
+ * left to llama-server. Any other gives up a slot: an empty one,
  * else the free one least recently used. If that slot does not hold the request's start, the
  * start is copied in from a free slot that holds it, else from the request processing it (once
- * that ends); with neither, the request processes its start there itself, and leads.
+ * that ends); with neither, the request processes its start there itself, and leads. A slot
+ * given up that holds another session's conversation parks it; a parked session unparks its own.
+ * (The copy of the start stays in the placement: it is what is done when the unpark fails.)
  */
-export function placement(slots: readonly SlotState[], ask: Ask, leading: ReadonlyMap<string, number>): Placement {
+export function placement(slots: readonly SlotState[], ask: Ask, leading: ReadonlyMap<string, number>, parked: ReadonlySet<string> = new Set()): Placement {
   if (ask.session === undefined) return { kind: "any" };
   const own = slots.findIndex((s) => s.session === ask.session);
   if (own >= 0) return slots[own]!.busy ? { kind: "any" } : { kind: "own", slot: own };
@@ -54,14 +70,19 @@ export function placement(slots: readonly SlotState[], ask: Ask, leading: Readon
   const leastUsed = (among: number[]) => among.reduce((a, b) => (slots[b]!.usedAt < slots[a]!.usedAt ? b : a));
   const empty = free.filter((i) => slots[i]!.session === undefined && slots[i]!.prefix === undefined);
   const slot = empty.length > 0 ? empty[0]! : leastUsed(free);
-  if (ask.prefix === undefined) return { kind: "take", slot, lead: false };
-  if (slots[slot]!.prefix === ask.prefix) return { kind: "take", slot, lead: false };
+  const displaced = slots[slot]!.session;
+  const moves: Moves = { ...(displaced !== undefined ? { park: displaced } : {}), ...(parked.has(ask.session) ? { unpark: ask.session } : {}) };
+  if (ask.prefix === undefined) return { kind: "take", slot, lead: false, ...moves };
+  if (slots[slot]!.prefix === ask.prefix) return { kind: "take", slot, lead: false, ...moves };
   const holding = free.filter((i) => slots[i]!.prefix === ask.prefix);
-  if (holding.length > 0) return { kind: "follow", slot, from: leastUsed(holding) };
+  if (holding.length > 0) return { kind: "follow", slot, from: leastUsed(holding), ...moves };
   const leader = leading.get(ask.group ?? ask.prefix);
-  if (leader !== undefined) return { kind: "follow", slot, from: leader };
-  return { kind: "take", slot, lead: true };
+  if (leader !== undefined) return { kind: "follow", slot, from: leader, ...moves };
+  return { kind: "take", slot, lead: true, ...moves };
 }
+
+/** Sessions remembered as parked per runner: past this, the longest parked is forgotten (its file ages out of the folder). */
+export const MAX_PARKED_SESSIONS = 1024;
 
 /** The slots of one runner as its grants and releases leave them. */
 export class SlotTable {
@@ -70,6 +91,8 @@ export class SlotTable {
   private readonly leading = new Map<string, number>();
   /** Slot -> the group its leader leads. */
   private readonly leads = new Map<number, string>();
+  /** Sessions whose slot was given away, longest parked first (a Set keeps insertion order). */
+  private readonly parked = new Set<string>();
 
   constructor(count: number) {
     this.slots = Array.from({ length: count }, () => ({ busy: false, usedAt: 0 }));
@@ -77,8 +100,9 @@ export class SlotTable {
 
   /** Places a request and marks its slot busy; the slot now holds the session's conversation. */
   place(ask: Ask, now: number): Placement {
-    const where = placement(this.slots, ask, this.leading);
+    const where = placement(this.slots, ask, this.leading, this.parked);
     if (where.kind === "any") return where;
+    if (where.kind !== "own") this.moved(ask.session!, where);
     // A session moved: the slot it held is no longer its own (its conversation is overwritten there in time).
     for (const s of this.slots) if (s.session === ask.session) s.session = undefined;
     this.slots[where.slot] = { session: ask.session, prefix: ask.prefix, busy: true, usedAt: now };
@@ -88,6 +112,15 @@ export class SlotTable {
       this.leads.set(where.slot, group);
     }
     return where;
+  }
+
+  /** Keeps which sessions are parked: the displaced one now is, the placed one no longer. */
+  private moved(session: string, where: Moves): void {
+    this.parked.delete(session);
+    if (where.park === undefined) return;
+    this.parked.delete(where.park);
+    this.parked.add(where.park);
+    if (this.parked.size > MAX_PARKED_SESSIONS) this.parked.delete(this.parked.values().next().value!);
   }
 
   /** A placed request ended: its slot is free, and a start it was processing for others is theirs to copy. */

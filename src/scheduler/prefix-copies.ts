@@ -1,4 +1,7 @@
-import type { SlotCopy } from "./types.ts";
+import type { SlotCopy, SlotParking } from "./types.ts";
+import type { Placement } from "./affinity.ts";
+import type { LeaseSlot } from "./lease.ts";
+import { ParkedSlots } from "./parking.ts";
 
 // The copies of a slot that followers restore (see affinity.ts's `follow`): sessions opened
 // together over one long start wait while the first of them processes it, then each gets a copy
@@ -28,9 +31,37 @@ export class PrefixCopies {
   private readonly open = new Map<number, Group>();
 
   private readonly copySlot: CopySlot | undefined;
+  private readonly parked: ParkedSlots;
 
-  constructor(copySlot: CopySlot | undefined) {
+  constructor(copySlot: CopySlot | undefined, parking?: SlotParking) {
     this.copySlot = copySlot;
+    this.parked = new ParkedSlots(parking);
+  }
+
+  /**
+   * The slot of a placed request and what is done before it is sent: the conversation it
+   * displaces parked (started now: the slot is free), then its own parked conversation restored,
+   * else the copy of its start it follows. Leaders are marked by the caller (`lead`).
+   */
+  prepare(where: Placement): LeaseSlot {
+    if (where.kind === "any") return {};
+    if (where.kind === "own") return { slot: where.slot };
+    const parked = where.park === undefined ? undefined : this.parked.park(where.slot, where.park);
+    const follow = where.kind === "follow" ? this.follow(where.from, where.slot) : undefined;
+    const { unpark } = where;
+    if (!parked && unpark === undefined) return { slot: where.slot, ...(follow ? { ready: follow } : {}) };
+    const ready = async (signal: AbortSignal): Promise<boolean> => {
+      let unparked = false;
+      try {
+        if (parked) await abortable(parked, signal);
+        if (unpark !== undefined) unparked = await abortable(this.parked.unpark(unpark, where.slot), signal);
+      } catch (error) {
+        void follow?.(signal, true);
+        throw error;
+      }
+      return follow ? follow(signal, unparked) : unparked;
+    };
+    return { slot: where.slot, ready };
   }
 
   /** A leader starts on `slot` (a follower may join it until it ends). */
@@ -52,11 +83,11 @@ export class PrefixCopies {
    * A follower of slot `from` (its leader's, or a free slot holding the same start), to go into
    * `into`: what it does before it is sent (waits for the leader, if one runs there, and restores
    * the copy). Resolves whether the copy was restored; a follower whose client left gives its
-   * place in the group up.
+   * place in the group up, as does one that needs no copy (`unparked`: its conversation is there).
    */
-  follow(from: number, into: number): (signal: AbortSignal) => Promise<boolean> {
+  follow(from: number, into: number): (signal: AbortSignal, unparked?: boolean) => Promise<boolean> {
     const copySlot = this.copySlot;
-    if (!copySlot) return async () => false;
+    if (!copySlot) return async (_signal, unparked = false) => unparked;
     // A free slot is copied at once, for this follower alone.
     const group = this.open.get(from) ?? { led: Promise.resolve(), end: () => {}, pending: 0 };
     group.pending++;
@@ -66,7 +97,9 @@ export class PrefixCopies {
       done = true;
       if (--group.pending === 0) void copy?.drop();
     };
-    return async (signal) => {
+    const giveUp = () => (group.copy ? void group.copy.then(leave) : leave(undefined));
+    return async (signal, unparked = false) => {
+      if (unparked) return (giveUp(), true);
       try {
         await abortable(group.led, signal);
         const copy = await abortable((group.copy ??= copySlot(from).catch(() => undefined)), signal);
@@ -75,8 +108,7 @@ export class PrefixCopies {
         return restored;
       } catch (error) {
         // Left early: the copy (if one is made) goes with the last follower.
-        if (group.copy) void group.copy.then(leave);
-        else leave(undefined);
+        giveUp();
         throw error;
       }
     };

@@ -7,7 +7,7 @@ import type { Watchdog } from "./watchdog.ts";
 
 // One runner's slots and the leases on them: how many are held, which slot a granted request goes
 // to (the slot table, affinity.ts), the copy of a start a follower restores first
-// (prefix-copies.ts), and how many requests go to llama-server at once while agent sessions use
+// or a displaced conversation it gets back (prefix-copies.ts, parking.ts), and how many requests go to llama-server at once while agent sessions use
 // it. Apart from runner.ts, whose state machine decides when a request is granted; this decides
 // where it goes once it is, and frees its slot when it ends.
 
@@ -30,7 +30,7 @@ export class SessionSlots {
 
   /** The process is up: its slots can be copied from now on. */
   loaded(process: RunnerProcess): void {
-    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)));
+    this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)), process.parking);
   }
 
   /** A request asks for a slot (placed ones of a session keep llama-server's queue empty a while). */
@@ -68,9 +68,9 @@ export class SessionSlots {
     }, this.leaseSlot(where));
   }
 
-  /** Whether a request of an agent session came within SHARED_WINDOW_MS. */
+  /** Whether a request of an agent session came within SHARED_WINDOW_MS, or one is placed on a slot now (a prompt may take longer). */
   private sessionsRecently(): boolean {
-    return this.sessionAt !== undefined && Date.now() - this.sessionAt < SHARED_WINDOW_MS;
+    return this.table.view().some((s) => s.busy) || (this.sessionAt !== undefined && Date.now() - this.sessionAt < SHARED_WINDOW_MS);
   }
 
   /**
@@ -87,7 +87,6 @@ export class SessionSlots {
   private leaseSlot(where: Placement): LeaseSlot {
     if (where.kind === "any") return {};
     if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
-    if (where.kind !== "follow" || !this.copies) return { slot: where.slot };
-    return { slot: where.slot, ready: this.copies.follow(where.from, where.slot) };
+    return this.copies?.prepare(where) ?? { slot: where.slot };
   }
 }

@@ -20,6 +20,16 @@ export interface RunnerProcess {
   kill(): Promise<void>;
   /** Saves one slot for others to restore (see prefix-copies.ts); absent where slots cannot be saved. */
   copySlot?(from: number): Promise<SlotCopy | undefined>;
+  /** Saves and restores sessions' conversations displaced from their slots (see affinity.ts); absent where parking is off. */
+  parking?: SlotParking;
+}
+
+/** Conversations parked by session name (per key: a name is never another key's). */
+export interface SlotParking {
+  /** Saves `slot`'s conversation as `session`'s (false: not saved). */
+  park(slot: number, session: string): Promise<boolean>;
+  /** Restores `session`'s parked conversation into `slot`, and removes it (false: none, or refused). */
+  unpark(session: string, slot: number): Promise<boolean>;
 }
 
 /** One slot's saved state: restored into other slots, then dropped. */

@@ -8,10 +8,15 @@ import { join } from "node:path";
 // tokens as llama-server saved them, and `<key hash>-<slot>.json`, written after the save ended:
 // the full key it was saved under, its size and its SHA-256. An entry is handed back only when
 // all three match, so a file from other settings, truncated or corrupt is never loaded: it is
-// removed. The folder keeps to a byte budget; the least recently used entries go first.
+// removed. The folder keeps to a byte budget; the least recently used entries go first. Parked
+// conversations (src/slot-cache/parking.ts) are entries too, named for their session, not a slot
+// (`<key hash>-p<session hash>`): a loading runner never restores them, the budget counts them.
 
 /** Everything that changes what a slot's cache means: the model's bytes, the engine, the settings. */
 export type CacheKey = Record<string, unknown>;
+
+/** Which entry of a key: a slot's number (saved when its runner stopped), or a parked session's name (see parking.ts). */
+export type EntryName = number | `p${string}`;
 
 /** `holders`: whose prompts the slot held, by key name, when prompts are kept per key (see per-key.ts). */
 type Meta = { key: CacheKey; bytes: number; sha256: string; tokens: number; holders?: string[] };
@@ -20,19 +25,19 @@ export type SlotFolder = {
   /** The folder llama-server is given; its names are ours (see `saving`). */
   dir: string;
   /** A fresh file name for llama-server to save one slot into. */
-  saving(key: CacheKey, slot: number): string;
+  saving(key: CacheKey, slot: EntryName): string;
   /** Takes a file llama-server saved as an entry, then keeps the folder within its budget. */
-  commit(file: string, key: CacheKey, slot: number, tokens: number, holders?: string[]): Promise<void>;
+  commit(file: string, key: CacheKey, slot: EntryName, tokens: number, holders?: string[]): Promise<void>;
   /** The key names an entry was saved with (undefined: none were kept). */
-  holders(key: CacheKey, slot: number): Promise<string[] | undefined>;
+  holders(key: CacheKey, slot: EntryName): Promise<string[] | undefined>;
   /** The file name of a sound entry for this key and slot (marked used), or undefined; an unsound one is removed. */
-  checkout(key: CacheKey, slot: number): Promise<string | undefined>;
+  checkout(key: CacheKey, slot: EntryName): Promise<string | undefined>;
   /** A save that did not end in time: its file is left to the next prune. */
   abandon(file: string): void;
   /** Removes a file saved for a moment only (a slot copied into others: see copy.ts), never made an entry. */
   drop(file: string): Promise<void>;
   /** Removes an entry (llama-server refused it). */
-  discard(key: CacheKey, slot: number): Promise<void>;
+  discard(key: CacheKey, slot: EntryName): Promise<void>;
   /** Removes saves that never finished and entries past the budget. */
   prune(): Promise<void>;
   /** Removes every entry saved for a model (its key's `model`): the model was deleted. */
@@ -61,7 +66,7 @@ async function fileSha256(path: string): Promise<string> {
 }
 
 export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
-  const base = (key: CacheKey, slot: number) => `${keyHash(key)}-${slot}`;
+  const base = (key: CacheKey, slot: EntryName) => `${keyHash(key)}-${slot}`;
   /** Files llama-server may still be writing: a prune leaves them. */
   const writing = new Set<string>();
   // Made again if it was removed meanwhile: llama-server refuses to start without it.

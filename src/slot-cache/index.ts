@@ -14,6 +14,8 @@ export type SlotCacheSettings = {
   saveTimeoutMs: number;
   /** Prompts kept per key (per-key.ts): entries keep whose prompts they hold. */
   perKey?: boolean;
+  /** Conversations displaced from their slots parked in the folder (parking.ts). */
+  parking?: boolean;
 };
 
 export type SlotCache = {
@@ -31,7 +33,7 @@ export function createSlotCache(settings: SlotCacheSettings): SlotCache | undefi
   let deadline = Infinity;
   return {
     wrap: (start, engine, observe = {}) =>
-      withSlotCache(start, { folder, engine, saveWithinMs: () => Math.min(settings.saveTimeoutMs, deadline - Date.now()), perKey: settings.perKey ?? false, ...observe }),
+      withSlotCache(start, { folder, engine, saveWithinMs: () => Math.min(settings.saveTimeoutMs, deadline - Date.now()), perKey: settings.perKey ?? false, parking: settings.parking ?? true, ...observe }),
     shutdownBy(at) {
       deadline = Math.min(deadline, at);
     },

@@ -48,8 +48,8 @@ export function withPromptsPerKey(start: StartRunner): StartRunner {
       const answer = runner.fetch(input, { ...init, headers, body: withoutReuse(init.body) });
       return new URL(input instanceof Request ? input.url : input).pathname === "/v1/messages" ? answer.then(foldCachedCount) : answer;
     }) as typeof globalThis.fetch;
-    const { copySlot } = runner;
-    return { fetch, exited: runner.exited, running: () => runner.running(), stop: () => runner.stop(), kill: () => runner.kill(), ...(copySlot ? { copySlot: (from: number) => copySlot.call(runner, from) } : {}) };
+    const { copySlot, parking } = runner;
+    return { fetch, exited: runner.exited, running: () => runner.running(), stop: () => runner.stop(), kill: () => runner.kill(), ...(copySlot ? { copySlot: (from: number) => copySlot.call(runner, from) } : {}), ...(parking ? { parking } : {}) };
   };
 }
 

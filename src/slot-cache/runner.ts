@@ -3,6 +3,7 @@ import type { RunnerProcess, RunnerSpec, StartRunner } from "../scheduler/types.
 import type { CacheKey, SlotFolder } from "./folder.ts";
 import { promptHolders, SOMEONE } from "./per-key.ts";
 import { slotCopier } from "./copy.ts";
+import { slotParking } from "./parking.ts";
 import { slotAction } from "./slot-api.ts";
 
 // A completion runner's prompt caches outlive it: when it is stopped (evicted, expired, unloaded,
@@ -29,6 +30,8 @@ export type SlotCacheHooks = {
    * runner held, and a runner that restores it holds them (an entry saved without names: someone's).
    */
   perKey?: boolean;
+  /** Conversations displaced from their slots are parked in the folder (parking.ts). */
+  parking?: boolean;
   log?: (line: string) => void;
 };
 
@@ -77,6 +80,7 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
       running: () => runner.running(),
       kill: () => runner.kill(),
       copySlot: slotCopier(runner, hooks.folder, key),
+      ...(hooks.parking ? { parking: slotParking(runner, hooks.folder, key, spec.name, log) } : {}),
       stop: async () => {
         // A runner unloaded while it loaded has nothing new to keep.
         const holders = hooks.perKey ? [...promptHolders(cached)] : undefined;

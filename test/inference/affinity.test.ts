@@ -1,3 +1,5 @@
+import { readdir, stat } from "node:fs/promises";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "./harness.ts";
 import { ask } from "../support/http.ts";
@@ -70,5 +72,51 @@ describe("agent sessions sharing a runner", () => {
     // The first processes the start; each of the others only its own task, after a copy of the first's slot.
     expect(processed.reduce((a, b) => a + b, 0), `prompt_n of each: ${processed.join(", ")}`).toBeLessThan(1.1 * start);
     expect(opened.filter((t) => t.cache_n > 4000), JSON.stringify(opened)).toHaveLength(SLOTS - 1);
+  });
+});
+
+describe("more sessions than slots (K = 2x the slots): parking", () => {
+  /** Each session's own long history (a file it read, its own): what it would process again on a slot that lost it. */
+  const history = (session: string) => `Fix the failing test in ${session}.ts, please. It reads:\n${Array.from({ length: 30 }, (_, i) => `export const ${session}${i} = parse(input${i});`).join("\n")}`;
+  const sessions = (tag: string) => Array.from({ length: 2 * SLOTS }, (_, i) => `${tag}-${i}`);
+  const second = (session: string) => [{ role: "user", content: history(session) }, { role: "assistant", content: "I read it." }, { role: "user", content: "Now run the tests." }];
+
+  /** Parked entries in the slot-cache folder (named for a session, not a slot), with their sizes. */
+  async function parked(): Promise<number[]> {
+    const folder = join(stack.dir, "models", "slot-cache");
+    const names = (await readdir(folder)).filter((name) => /-p[0-9a-f]{32}\.bin$/.test(name));
+    return Promise.all(names.map(async (name) => (await stat(join(folder, name))).size));
+  }
+
+  /** Every session's first turn, then every session's second, one request at a time: each second turn finds its slot given away. */
+  async function twoTurns(agent: string, tag: string) {
+    const before = (await parked()).length;
+    const first: Timings[] = [];
+    for (const session of sessions(tag)) first.push(await turn(agent, session, [{ role: "user", content: history(session) }]));
+    const whileParked = await parked();
+    const again: Timings[] = [];
+    for (const session of sessions(tag)) again.push(await turn(agent, session, second(session)));
+    return { first, again, before, whileParked };
+  }
+
+  it("with parking, every session's second turn processes only its new tokens", async () => {
+    const { first, again, before, whileParked } = await twoTurns("delta", "parked");
+    // Each session given a slot displaced one (the earlier tests' sessions, then these): all parked.
+    expect(whileParked.length - before, "entries parked by the first turns").toBe(2 * SLOTS);
+    console.log(`parked entries: ${whileParked.join(", ")} bytes; these sessions' conversations: ${first.map((t) => t.prompt_n + t.cache_n).join(", ")} tokens`);
+    for (const [i, t] of again.entries()) {
+      expect(t.prompt_n, `second turn of session ${i}: ${JSON.stringify(t)}`).toBeLessThan(60);
+      expect(t.cache_n).toBeGreaterThanOrEqual(first[i]!.prompt_n + first[i]!.cache_n);
+    }
+    // Restored entries leave the folder: each second turn unparked one and parked the one it displaced.
+    expect(await parked()).toHaveLength(whileParked.length);
+  });
+
+  it("without parking (INFERENCE_SLOT_PARKING=false), a session whose slot was given away processes its history again", async () => {
+    await stack.restart({ INFERENCE_SLOT_PARKING: "false" });
+    const { again, before, whileParked } = await twoTurns("epsilon", "unparked");
+    expect(whileParked.length - before).toBe(0);
+    const own = history("unparked-0").length / 2; // about one token per byte: well below a history's tokens
+    expect(again.filter((t) => t.prompt_n > own), JSON.stringify(again)).toHaveLength(2 * SLOTS);
   });
 });

@@ -135,6 +135,29 @@ describe("scheduler", () => {
     third.release();
   });
 
+  it("regression: while a session's request holds its slot, none goes to llama-server's own queue, however long since sessions last came", async () => {
+    // A leader's long prompt outlasted the window: the requests then granted went unplaced to
+    // llama-server's queue, which gave them slots holding other sessions' conversations.
+    const { scheduler, leaseLoaded } = setup({ slots: 1, queueDepth: 3, runnerQueue: 2 });
+    await leaseLoaded(A).then((l) => l.release());
+    const session = (name: string) => scheduler.acquire(A, "completion", undefined, { caller: "k", session: name, prefix: "p" });
+    const a = await session("a");
+    expect(a.slot).toBe(0);
+    const granted: string[] = [];
+    const b = session("b").then((l) => (granted.push("b"), l));
+    const c = session("c").then((l) => (granted.push("c"), l));
+    await vi.advanceTimersByTimeAsync(3 * SHARED_WINDOW_MS);
+    expect(granted).toEqual([]);
+    a.release();
+    await flush();
+    expect(granted).toEqual(["b"]);
+    expect((await b).slot).toBe(0);
+    (await b).release();
+    await flush();
+    expect((await c).slot).toBe(0);
+    (await c).release();
+  });
+
   it("runnerQueue never goes past the queue depth; llama-server gets an HTTP thread for each request it holds", async () => {
     const { scheduler, leaseLoaded, started } = setup({ slots: 2, queueDepth: 1, runnerQueue: 8 });
     const first = await leaseLoaded(A);
