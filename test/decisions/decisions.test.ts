@@ -1,5 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { Ollama } from "ollama";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask, type Target } from "../support/http.ts";
@@ -237,6 +238,11 @@ describe("System One's shape by plain requests", () => {
     expect(response.status).toBe(200);
     expect(response.headers.get("x-llamadock-decision-method")).toBe("chat-next-token");
     checkAnswer(await response.json());
+  });
+
+  it("answers the official ollama client's systemone", async () => {
+    const ollama = new Ollama({ host: stack.url });
+    checkAnswer(await ollama.systemone(body as Parameters<Ollama["systemone"]>[0]));
   });
 
   it("answers over the Unix socket with the /exp/vDD4.40 prefix", async () => {
