@@ -1,6 +1,12 @@
 import { createHash } from "node:crypto";
-import { lstat, readdir, readFile, readlink } from "node:fs/promises";
+import { createReadStream, createWriteStream } from "node:fs";
+import { lstat, mkdtemp, readdir, readlink, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Readable, Transform } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { createGzip } from "node:zlib";
+import { fileBody } from "../models/file-body.ts";
 import { parseReference } from "../models/reference.ts";
 import { tarEnd, tarHeader, tarPadding } from "../models/package/tar.ts";
 import { openDestination } from "../models/push/destination.ts";
@@ -29,26 +35,45 @@ function placeOf(layout: PublishLayout): { dirs: string[]; place(name: string): 
   return { dirs: [`${root}/`, `${root}/bin/`, `${root}/lib/`], place: (name) => (name === "llama-server" ? `${root}/bin/com.docker.llama-server` : `${root}/lib/${name}`) };
 }
 
-/** The folder as one tar in the layout: files with their modes, links as links, nothing else. */
-async function tarOf(folder: string, layout: PublishLayout): Promise<Uint8Array> {
+/**
+ * The folder as one tar in the layout, piece by piece: files with their modes (read as they are
+ * sent, never whole: a CUDA build's libraries weigh a gigabyte), links as links, nothing else.
+ */
+async function* tarOf(folder: string, layout: PublishLayout): AsyncGenerator<Uint8Array> {
   const { dirs, place } = placeOf(layout);
-  const parts: Uint8Array[] = dirs.map((dir) => tarHeader(dir, 0, 0, { type: "5", mode: 0o755 }));
+  for (const dir of dirs) yield tarHeader(dir, 0, 0, { type: "5", mode: 0o755 });
   for (const name of (await readdir(folder)).sort()) {
     const path = join(folder, name);
     const stat = await lstat(path);
-    if (stat.isSymbolicLink()) parts.push(tarHeader(place(name), 0, 0, { type: "2", link: await readlink(path), mode: 0o777 }));
+    if (stat.isSymbolicLink()) yield tarHeader(place(name), 0, 0, { type: "2", link: await readlink(path), mode: 0o777 });
     else if (stat.isFile()) {
-      const bytes = await readFile(path);
-      parts.push(tarHeader(place(name), bytes.byteLength, 0, { mode: stat.mode & 0o777 }), bytes, tarPadding(bytes.byteLength));
+      yield tarHeader(place(name), stat.size, 0, { mode: stat.mode & 0o777 });
+      let sent = 0;
+      // (an empty file is not read: a stream's `end` cannot say "no byte")
+      if (stat.size > 0) for await (const chunk of createReadStream(path, { end: stat.size - 1 }) as AsyncIterable<Buffer>) {
+        sent += chunk.byteLength;
+        yield chunk;
+      }
+      if (sent !== stat.size) throw new Error(`${path} changed while it was published (${sent} bytes of ${stat.size})`);
+      yield tarPadding(stat.size);
     }
   }
-  parts.push(tarEnd());
-  return gzip(parts);
+  yield tarEnd();
 }
 
-async function gzip(parts: Uint8Array[]): Promise<Uint8Array> {
-  const stream = new Blob(parts as BlobPart[]).stream().pipeThrough(new CompressionStream("gzip") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>);
-  return new Uint8Array(await new Response(stream).arrayBuffer());
+/** The layer gzipped into `file`, hashed and counted as it is written. */
+async function gzipInto(tar: AsyncIterable<Uint8Array>, file: string): Promise<{ digest: string; size: number }> {
+  const hash = createHash("sha256");
+  let size = 0;
+  const measure = new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      hash.update(chunk);
+      size += chunk.byteLength;
+      done(null, chunk);
+    },
+  });
+  await pipeline(Readable.from(tar), createGzip(), measure, createWriteStream(file));
+  return { digest: `sha256:${hash.digest("hex")}`, size };
 }
 
 export type Published = { reference: string; digest: string; layer: { digest: string; size: number } };
@@ -56,26 +81,28 @@ export type Published = { reference: string; digest: string; layer: { digest: st
 /** Pushes the build in `folder` to `reference` (`registry/namespace/name:tag`). */
 export async function publishEngine(folder: string, reference: string, registry: RegistryOptions, layout: PublishLayout = { kind: "llama.cpp" }, signal = new AbortController().signal): Promise<Published> {
   const target = parseReference(reference);
-  const layer = await tarOf(folder, layout);
-  const entrypoint = `/${placeOf(layout).place("llama-server")}`;
-  const config = new TextEncoder().encode(JSON.stringify({ architecture: hostArch(), os: "linux", config: { Entrypoint: [entrypoint] }, rootfs: { type: "layers", diff_ids: [] } }));
-  const blobs = [
-    { bytes: config, mediaType: CONFIG_TYPE },
-    { bytes: layer, mediaType: LAYER_TYPE },
-  ].map((b) => ({ ...b, digest: digestOf(b.bytes), size: b.bytes.byteLength }));
-  const destination = openDestination(target, registry);
-  await destination.start(signal);
+  const scratch = await mkdtemp(join(tmpdir(), "llamadock-engine-"));
   try {
-    for (const blob of blobs) {
-      if (await destination.hasBlob(blob.digest, signal)) continue;
-      await destination.putBlob(blob, () => new Blob([blob.bytes as BlobPart]).stream(), signal);
+    const layerFile = join(scratch, "layer.tar.gz");
+    const layerBlob = { ...(await gzipInto(tarOf(folder, layout), layerFile)), mediaType: LAYER_TYPE, body: () => fileBody(layerFile) };
+    const entrypoint = `/${placeOf(layout).place("llama-server")}`;
+    const config = new TextEncoder().encode(JSON.stringify({ architecture: hostArch(), os: "linux", config: { Entrypoint: [entrypoint] }, rootfs: { type: "layers", diff_ids: [] } }));
+    const configBlob = { digest: digestOf(config), size: config.byteLength, mediaType: CONFIG_TYPE, body: (): ReadableStream<Uint8Array> => new Blob([config as BlobPart]).stream() };
+    const destination = openDestination(target, registry);
+    await destination.start(signal);
+    try {
+      for (const blob of [configBlob, layerBlob]) {
+        if (await destination.hasBlob(blob.digest, signal)) continue;
+        await destination.putBlob(blob, blob.body, signal);
+      }
+      const descriptor = (b: typeof configBlob) => ({ mediaType: b.mediaType, digest: b.digest, size: b.size });
+      const manifest = new TextEncoder().encode(JSON.stringify({ schemaVersion: 2, mediaType: MANIFEST_TYPE, config: descriptor(configBlob), layers: [descriptor(layerBlob)] }));
+      await destination.putManifest(manifest, signal);
+      return { reference: target.key, digest: digestOf(manifest), layer: { digest: layerBlob.digest, size: layerBlob.size } };
+    } finally {
+      await destination.close();
     }
-    const [configBlob, layerBlob] = blobs as [(typeof blobs)[number], (typeof blobs)[number]];
-    const descriptor = (b: typeof configBlob) => ({ mediaType: b.mediaType, digest: b.digest, size: b.size });
-    const manifest = new TextEncoder().encode(JSON.stringify({ schemaVersion: 2, mediaType: MANIFEST_TYPE, config: descriptor(configBlob), layers: [descriptor(layerBlob)] }));
-    await destination.putManifest(manifest, signal);
-    return { reference: target.key, digest: digestOf(manifest), layer: { digest: layerBlob.digest, size: layerBlob.size } };
   } finally {
-    await destination.close();
+    await rm(scratch, { recursive: true, force: true });
   }
 }
