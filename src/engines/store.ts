@@ -2,7 +2,7 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promise
 import { join } from "node:path";
 import * as z from "zod";
 import type { EngineBuild } from "../../sidecar/index.ts";
-import { folderBytes } from "../models/store/files.ts";
+import { folderBytes, writeFileAtomic } from "../models/store/files.ts";
 import { badRequest, HttpError } from "../http/errors.ts";
 
 // The engine store: llama.cpp builds side by side, each in a folder named by its manifest's digest
@@ -116,25 +116,25 @@ export function openEngineStore(root: string) {
     },
     bytes: () => folderBytes(root),
     async defaultName(): Promise<string | undefined> {
-      const text = await readFile(join(root, "default.json"), "utf8").catch(() => undefined);
-      const parsed = text === undefined ? undefined : z.object({ name: z.string().min(1) }).safeParse(JSON.parse(text));
-      return parsed?.success ? parsed.data.name : undefined;
+      return (await readJsonFile(join(root, "default.json"), DefaultChoice))?.name;
     },
     async setDefault(name: string | undefined): Promise<void> {
-      await mkdir(root, { recursive: true });
       if (name === undefined) return void (await rm(join(root, "default.json"), { force: true }));
-      const temporary = join(root, `default.json.${crypto.randomUUID()}.tmp`);
-      await writeFile(temporary, `${JSON.stringify({ name })}\n`);
-      await rename(temporary, join(root, "default.json"));
+      await writeFileAtomic(join(root, "default.json"), `${JSON.stringify({ name })}\n`, { durable: false });
     },
   };
 }
 
-async function readRecord(file: string): Promise<EngineRecord | undefined> {
+const readRecord = (file: string) => readJsonFile(file, EngineRecord);
+
+const DefaultChoice = z.object({ name: z.string().min(1) });
+
+/** A small JSON file of ours, checked; undefined when it is missing, unreadable or not of that shape. */
+async function readJsonFile<T>(file: string, schema: z.ZodType<T>): Promise<T | undefined> {
   const text = await readFile(file, "utf8").catch(() => undefined);
   if (text === undefined) return undefined;
   try {
-    const parsed = EngineRecord.safeParse(JSON.parse(text));
+    const parsed = schema.safeParse(JSON.parse(text));
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;
