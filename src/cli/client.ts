@@ -1,6 +1,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { Agent } from "undici";
+import { readAtMost } from "../http/body.ts";
 
 // The command's only door to the model runner: its HTTP API, over the server's Unix socket by
 // default (with Docker Model Runner's path prefix), or over TCP at `--host` / `MODEL_RUNNER_HOST`.
@@ -47,6 +48,22 @@ function fetchVia(path?: string): typeof fetch {
 
 export type ApiError = { status: number; code: string; message: string };
 
+/**
+ * What an answer the command reads whole may weigh (the model list, usage, a fit): far more than
+ * any, and a bound on a server at `--host` that would send without end.
+ */
+const ANSWER_LIMIT = 64 << 20;
+
+/** An answer's body as text, read up to ANSWER_LIMIT bytes. */
+export async function answerText(response: Response): Promise<string> {
+  if (!response.body) return "";
+  const bytes = await readAtMost(response.body.getReader(), ANSWER_LIMIT, () => new CliError(`the model runner's answer is larger than ${ANSWER_LIMIT >> 20} MiB`));
+  return new TextDecoder().decode(bytes);
+}
+
+/** An answer's JSON, read up to ANSWER_LIMIT bytes. */
+export const answerJson = async <T>(response: Response): Promise<T> => JSON.parse(await answerText(response)) as T;
+
 export type Client = {
   target: Target;
   /** The answer whatever its status; a server that cannot be reached is a CliError saying how to start one. */
@@ -81,7 +98,7 @@ export function createClient(options: ClientOptions, env: Record<string, string 
   async function json<T>(method: string, path: string, body?: unknown, model?: string): Promise<T> {
     const response = await raw(method, path, body);
     if (!response.ok) throw await failure(response, model);
-    return (await response.json()) as T;
+    return answerJson<T>(response);
   }
 
   const upload = (method: string, path: string, body: ReadableStream<Uint8Array>, headers: Record<string, string>, signal?: AbortSignal) =>
@@ -107,7 +124,7 @@ export async function failure(response: Response, model?: string): Promise<CliEr
 }
 
 export async function apiError(response: Response): Promise<ApiError> {
-  const text = await response.text();
+  const text = await answerText(response);
   try {
     const body = JSON.parse(text) as { error?: { code?: string; message?: string } };
     return { status: response.status, code: body.error?.code ?? "", message: body.error?.message ?? text };

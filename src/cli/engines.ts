@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError } from "commander";
-import { CliError, failure, type Client } from "./client.ts";
+import { answerJson, CliError, failure, type Client } from "./client.ts";
 import { caches } from "./fit.ts";
 import { ago, formatBytes, table } from "./format.ts";
 import type { ClientFor } from "./models.ts";
@@ -117,7 +117,7 @@ export function engineCommands(program: Command, clientFor: ClientFor, clientVer
         throw response;
       }
       if (!response.ok) throw await failure(response);
-      print(`Server: llamadock ${((await response.json()) as { version: string }).version}`);
+      print(`Server: llamadock ${(await answerJson<{ version: string }>(response)).version}`);
     });
 }
 

@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError } from "commander";
-import { failure } from "./client.ts";
+import { answerJson, failure } from "./client.ts";
 import { formatBytes } from "./format.ts";
 import type { ClientFor } from "./models.ts";
 
@@ -82,7 +82,7 @@ export function fitCommand(program: Command, clientFor: ClientFor): void {
       if (options.context !== undefined) query.set("context", String(options.context));
       const response = await clientFor(command).raw("GET", `/engines/fit?${query}`);
       if (!response.ok && response.status !== 507) throw await failure(response, model);
-      const fit = (await response.json()) as Fit;
+      const fit = await answerJson<Fit>(response);
       process.stdout.write(`${options.json ? JSON.stringify(fit, null, 2) : describeFit(fit)}\n`);
       if (!fit.fits) process.exitCode = 1;
     });

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { CliError, failure, lines, modelPath, type Client } from "./client.ts";
+import { answerJson, CliError, failure, lines, modelPath, type Client } from "./client.ts";
 import { ago, formatBytes, shortId, splitTag, table } from "./format.ts";
 import { barsView, linesView, type ProgressView } from "./progress.ts";
 
@@ -143,7 +143,7 @@ export function modelCommands(program: Command, clientFor: ClientFor): void {
       const response = await clientFor(command).raw("GET", "/engines/df");
       if (response.status === 404) throw new CliError("this model runner has no /engines/df (it needs a newer llamadock)");
       if (!response.ok) throw await failure(response);
-      print(dfTable((await response.json()) as Record<string, unknown>));
+      print(dfTable(await answerJson<Record<string, unknown>>(response)));
     });
 }
 

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { packageModel, PackageError, withShards, type PackageFiles } from "../models/package/archive.ts";
-import { CliError, failure, modelPath, type Client } from "./client.ts";
+import { answerJson, CliError, failure, modelPath, type Client } from "./client.ts";
 import { shortId } from "./format.ts";
 import { followProgress, type ClientFor } from "./models.ts";
 import { barsView, linesView, type ProgressView } from "./progress.ts";
@@ -50,7 +50,7 @@ async function packageFiles(client: Client, files: PackageFiles, tag: string): P
     const response = await client.upload("POST", `/models/load?${new URLSearchParams({ tag })}`, archive, headers);
     view.stop();
     if (!response.ok) throw await failure(response);
-    return (await response.json()) as { id: string; tags: string[] };
+    return await answerJson<{ id: string; tags: string[] }>(response);
   } catch (error) {
     view.stop();
     throw error instanceof PackageError ? new CliError(error.message) : error;

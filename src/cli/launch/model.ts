@@ -1,4 +1,4 @@
-import { CliError, failure, modelPath, type Client } from "../client.ts";
+import { answerJson, apiError, CliError, failure, modelPath, type Client } from "../client.ts";
 
 // Which model an agent gets, and how many tokens one of its requests may hold, asked of the model
 // runner: the agent's opening prompt must fit, and the agent must compact before the runner's
@@ -6,7 +6,7 @@ import { CliError, failure, modelPath, type Client } from "../client.ts";
 
 type PsEntry = { model_name: string; mode: string };
 type StoredModel = { id: string; tags: string[]; config: { context_size?: number } };
-type FitAnswer = { fits: boolean; context_size: number | null; slots?: number | null; error?: { message: string } };
+type FitAnswer = { fits: boolean; context_size: number | null; slots?: number | null };
 
 /** The model named, else the one loaded for chat, else the only one in the store. */
 export async function chooseModel(client: Client, named: string | undefined): Promise<string> {
@@ -29,9 +29,9 @@ export type RequestContext = { tokens: number; slots: number };
 
 export async function contextPerRequest(client: Client, model: string): Promise<RequestContext | undefined> {
   const response = await client.raw("GET", `/engines/fit?${new URLSearchParams({ model })}`);
-  if (response.status === 507) throw new CliError(`${model} does not fit in memory: ${((await response.json()) as FitAnswer).error?.message ?? "see `llamadock fit`"}`);
+  if (response.status === 507) throw new CliError(`${model} does not fit in memory: ${(await apiError(response)).message}`);
   if (!response.ok) throw await failure(response, model);
-  const fit = (await response.json()) as FitAnswer;
+  const fit = await answerJson<FitAnswer>(response);
   // 0: the model's own trained context (llama-server's --ctx-size 0).
   const total = fit.context_size || (await client.json<StoredModel>("GET", `/models/${modelPath(model)}`, undefined, model)).config.context_size;
   const slots = fit.slots ?? 1;
