@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { RunnerProcess, SlotParking } from "../scheduler/types.ts";
 import type { CacheKey, EntryName, SlotFolder } from "./folder.ts";
-import { slotAction } from "./slot-api.ts";
+import { trySlotAction } from "./slot-api.ts";
 
 // Conversations displaced from their slots (src/scheduler/affinity.ts), kept in the slot-cache
 // folder as entries named for their session: saved with llama-server's slot API when another
@@ -9,9 +9,6 @@ import { slotAction } from "./slot-api.ts";
 // then removed (it is in a slot again; displaced once more, it is saved afresh). Entries count in
 // the folder's budget, least recently used dropped first. Session names come from the slot table,
 // which names each within its key: an entry is never restored for another key's request.
-
-/** How long one save or restore may take: a few MiB to a few GiB written or read at disk speed. */
-const PARK_TIMEOUT_MS = 60_000;
 
 /** The entry of a session: a digest, so that a client's name never reaches a path. */
 const entryOf = (session: string): EntryName => `p${createHash("sha256").update(session).digest("hex").slice(0, 32)}`;
@@ -21,7 +18,7 @@ export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: Cach
     async park(slot, session) {
       const entry = entryOf(session);
       const file = folder.saving(key, entry);
-      const saved = await slotAction(runner, slot, "save", file, AbortSignal.timeout(PARK_TIMEOUT_MS)).catch((error: Error) => ({ ok: false, text: error.message, saved: 0 }));
+      const saved = await trySlotAction(runner, slot, "save", file);
       if (!saved.ok) {
         log(`slot cache: ${name}: slot ${slot} not parked (${saved.text}): its session processes its conversation again`);
         await folder.drop(file);
@@ -37,7 +34,7 @@ export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: Cach
         log(`slot cache: ${name}: a parked conversation is gone (past the folder's budget): its session processes it again`);
         return false;
       }
-      const restored = await slotAction(runner, slot, "restore", file, AbortSignal.timeout(PARK_TIMEOUT_MS)).catch((error: Error) => ({ ok: false, text: error.message, saved: 0 }));
+      const restored = await trySlotAction(runner, slot, "restore", file);
       if (!restored.ok) log(`slot cache: ${name}: a parked conversation not restored into slot ${slot} (${restored.text}): its session processes it again`);
       await folder.discard(key, entry);
       return restored.ok;

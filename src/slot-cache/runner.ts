@@ -4,7 +4,7 @@ import type { CacheKey, SlotFolder } from "./folder.ts";
 import { promptHolders, SOMEONE } from "./per-key.ts";
 import { slotCopier } from "./copy.ts";
 import { slotParking } from "./parking.ts";
-import { slotAction } from "./slot-api.ts";
+import { slotAction, trySlotAction } from "./slot-api.ts";
 
 // A completion runner's prompt caches outlive it: when it is stopped (evicted, expired, unloaded,
 // reloaded, SIGTERM; not when it crashed or was killed for hanging), each slot holding a prompt
@@ -145,7 +145,7 @@ async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hook
   await Promise.all(
     slots.map(async ({ id }) => {
       const file = hooks.folder.saving(key, id);
-      const answer = await slotAction(runner, id, "save", file, deadline).catch((error: Error) => ({ ok: false, text: error.message, saved: 0 }));
+      const answer = await trySlotAction(runner, id, "save", file, deadline);
       if (answer.ok) return hooks.folder.commit(file, key, id, answer.saved, holders);
       hooks.folder.abandon(file);
       log(`slot cache: ${spec.name}: slot ${id} not saved (${answer.text})`);
