@@ -1,6 +1,6 @@
 import { badRequest } from "../http/errors.ts";
 import { isAddress, isPublicAddress } from "./media/address.ts";
-import { isInline, mediaRefs, type MediaRef } from "./media/refs.ts";
+import { isInline, mediaRefs, type MediaKind, type MediaRef } from "./media/refs.ts";
 
 // llama-server trusts its callers, and we are its only caller: what a request body may ask of it
 // is policed here, before it is forwarded. One table of refused values, each with why it is there.
@@ -67,4 +67,18 @@ export function refusedMedia(url: string, policy: BodyPolicy): string | undefine
   if (!policy.allowRemoteMedia) return "remote media are off (ALLOW_REMOTE_MEDIA); send the media as a data: URL";
   if (isAddress(parsed.hostname) && !isPublicAddress(parsed.hostname)) return `${parsed.hostname} is not a public address`;
   return undefined;
+}
+
+/** What a model without a projector is asked to read, by the media's kind; files are llama-server's to refuse (400). */
+const UNREADABLE: Partial<Record<MediaKind, string>> = { image: "images", audio: "audio", video: "video" };
+
+/**
+ * Refuses (400) images, audio and video sent to a model pulled without a multimodal projector:
+ * llama-server answers them with a 500 (server_error) whose hint names its own flag.
+ */
+export function refuseUnreadableMedia(body: unknown, model: string): void {
+  for (const { kind } of mediaRefs(body)) {
+    const what = UNREADABLE[kind];
+    if (what) throw badRequest(`${what}_not_supported`, `model ${model} reads no ${what}: it was pulled without a multimodal projector`);
+  }
 }

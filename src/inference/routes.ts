@@ -9,7 +9,7 @@ import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { Lane } from "../scheduler/types.ts";
 import { encodeJson, readBody, parseJson } from "../http/body.ts";
-import { policeBody, type BodyPolicy } from "./body-policy.ts";
+import { policeBody, refuseUnreadableMedia, type BodyPolicy } from "./body-policy.ts";
 import type { MediaInliner } from "./media/fetch.ts";
 import { forward, type ErrorEvent, type Reshape } from "./forward.ts";
 import { boundTokens, type Bounds } from "./bounds.ts";
@@ -154,6 +154,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const name = model.tags[0] ?? model.id;
   account.model = name;
+  if (!model.mmprojPath) refuseUnreadableMedia(json, name);
   if (deps.meter) account.ticket = deps.meter.admit(caller, name);
   if (remoteMedia.length > 0) {
     // Fetched by us, not by llama-server (see media/fetch.ts), before a runner's slot is taken.

@@ -35,8 +35,12 @@ export type StackOptions = {
   rerankers?: string[];
   /** Further repositories pushed as tiny models but not pulled (for tests that pull them). */
   unpulled?: string[];
-  /** Further repositories pushed with a multimodal projector layer beside the tiny weights. */
-  withProjector?: Record<string, Uint8Array>;
+  /**
+   * Further repositories pushed with a multimodal projector layer beside tiny weights: the
+   * projector's bytes (beside the default tiny model), or the projector and the text model's shape
+   * (a working projector's output width must be the model's embedding length).
+   */
+  withProjector?: Record<string, Uint8Array | { projector: Uint8Array; model: TinyGgufOptions }>;
   /** Further repositories pushed as tiny models of a given shape. */
   shaped?: Record<string, TinyGgufOptions>;
   env?: Record<string, string>;
@@ -62,8 +66,9 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       await pushModel(registry, repository, "latest", tinyLlamaGguf({ seed: 21, reranker: true }));
     }
     const withProjector = Object.entries(options.withProjector ?? {});
-    for (const [repository, data] of withProjector) {
-      await pushModel(registry, repository, "latest", tinyLlamaGguf(), { layers: [{ mediaType: MODEL_MEDIA.mmproj, data }] });
+    for (const [repository, given] of withProjector) {
+      const { projector, model } = given instanceof Uint8Array ? { projector: given, model: {} } : given;
+      await pushModel(registry, repository, "latest", tinyLlamaGguf(model), { layers: [{ mediaType: MODEL_MEDIA.mmproj, data: projector }] });
     }
     const shaped = Object.entries(options.shaped ?? {});
     for (const [repository, shape] of shaped) await pushModel(registry, repository, "latest", tinyLlamaGguf(shape));

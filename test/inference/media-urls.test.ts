@@ -2,17 +2,20 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
+import { tinyProjectorGguf } from "../support/tiny-projector.ts";
 import { startStack, type Stack } from "./harness.ts";
 
 // Media URLs in every place each dialect carries them, against the server as it runs (Bun, real
 // runners): with remote media allowed, a name that resolves to this machine is refused where the
 // connection would be made, and with remote media off every URL is refused. A media host on
-// loopback records any request: none may reach it, from us or from llama-server.
+// loopback records any request: none may reach it, from us or from llama-server. The model reads
+// media (it has a projector): a model that reads none refuses them before any is fetched.
 
 let stack: Stack;
 let host: Server;
 const hits: string[] = [];
 let port = 0;
+const SEEING = { "ai/tiny": tinyProjectorGguf() };
 
 beforeAll(async () => {
   host = createServer((request, response) => {
@@ -21,7 +24,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => host.listen(0, "127.0.0.1", resolve));
   port = (host.address() as AddressInfo).port;
-  stack = await startStack({ models: ["ai/tiny"], env: { ALLOW_REMOTE_MEDIA: "true" } });
+  stack = await startStack({ models: [], withProjector: SEEING, env: { ALLOW_REMOTE_MEDIA: "true" } });
 }, 180_000);
 afterAll(async () => {
   await stack?.stop();
@@ -87,7 +90,7 @@ describe("with remote media off", () => {
 describe.each(["node", "deno"] as const)("under %s too", (runtime) => {
   let other: Stack;
   beforeAll(async () => {
-    other = await startStack({ runtime, models: ["ai/tiny"], env: { ALLOW_REMOTE_MEDIA: "true" } });
+    other = await startStack({ runtime, models: [], withProjector: SEEING, env: { ALLOW_REMOTE_MEDIA: "true" } });
   }, 180_000);
   afterAll(async () => {
     await other?.stop();

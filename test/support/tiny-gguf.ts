@@ -5,6 +5,7 @@
 // embedding length 64, 4 heads, feed-forward 128, context 512, every tensor f32 (~0.5 MB). Like
 // most chat models it declares no pooling type unless asked to (as embedding models do).
 // `vocabulary: "bpe"` gives it instead the tokenizer and chat template of chat-vocab.ts.
+// Its GGUF writer also writes the tiny multimodal projector (tiny-projector.ts).
 import { writeFile } from "node:fs/promises";
 import { chatVocabulary, QWEN25_CHAT_TEMPLATE, type Lean } from "./chat-vocab.ts";
 
@@ -67,10 +68,10 @@ const RERANK_LABELS = ["yes", "no"];
 const T_UINT16 = 2;
 const T_UINT32 = 4;
 const T_INT32 = 5;
-const T_FLOAT32 = 6;
-const T_BOOL = 7;
-const T_STRING = 8;
-const T_ARRAY = 9;
+export const T_FLOAT32 = 6;
+export const T_BOOL = 7;
+export const T_STRING = 8;
+export const T_ARRAY = 9;
 const GGML_TYPE_F32 = 0;
 
 // llama.cpp token types.
@@ -78,14 +79,14 @@ const TOKEN_NORMAL_UNKNOWN = 2;
 const TOKEN_CONTROL = 3;
 const TOKEN_BYTE = 6;
 
-type MetaValue =
+export type MetaValue =
   | { type: typeof T_UINT16 | typeof T_UINT32 | typeof T_INT32 | typeof T_FLOAT32; value: number }
   | { type: typeof T_STRING; value: string }
   | { type: typeof T_BOOL; value: boolean }
   | { type: typeof T_ARRAY; of: typeof T_INT32 | typeof T_FLOAT32; value: number[] }
   | { type: typeof T_ARRAY; of: typeof T_STRING; value: string[] };
 
-interface Tensor {
+export interface Tensor {
   name: string;
   /** GGUF order: dims[0] is the fastest-varying (row length). */
   dims: number[];
@@ -94,7 +95,7 @@ interface Tensor {
   set?: (index: number) => number | undefined;
 }
 
-const u32 = (value: number): MetaValue => ({ type: T_UINT32, value });
+export const u32 = (value: number): MetaValue => ({ type: T_UINT32, value });
 
 function vocabulary(): { tokens: string[]; types: number[] } {
   const tokens = ["<unk>", "<s>", "</s>"];
@@ -224,7 +225,7 @@ function leanTowards(list: Tensor[], { embd, ff }: Shape, leaning: Lean<number>[
 }
 
 /** mulberry32: a small, well-mixed 32-bit PRNG; enough for weights that only need to be fixed. */
-function prng(seed: number): () => number {
+export function prng(seed: number): () => number {
   let state = seed >>> 0;
   return () => {
     state = (state + 0x6d2b79f5) >>> 0;
@@ -320,7 +321,7 @@ function writeTensorData(out: ByteWriter, tensor: Tensor, random: () => number):
 }
 
 /** One GGUF file: its metadata, then its tensors' infos and data (drawn from `random` in order). */
-function writeGguf(meta: Array<[string, MetaValue]>, list: Tensor[], random: () => number): Uint8Array {
+export function writeGguf(meta: Array<[string, MetaValue]>, list: Tensor[], random: () => number): Uint8Array {
   const out = new ByteWriter();
   out.bytes(new TextEncoder().encode("GGUF"));
   out.u32(GGUF_VERSION);
