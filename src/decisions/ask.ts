@@ -1,13 +1,13 @@
 import { badRequest, HttpError } from "../http/errors.ts";
+import type { MediaRef } from "../inference/media/refs.ts";
 import type { InferenceDeps } from "../inference/routes.ts";
 import { bothTimers } from "../inference/usage/meter.ts";
 import { LOCAL_CALLER } from "../keys/keyring.ts";
 import { modelNotFound } from "../models/errors.ts";
 import { resolveOr404 } from "../models/lookup.ts";
-import type { StoredModel } from "../models/index.ts";
 import { decisionMethod, isDecisionModel } from "../models/decisions.ts";
 import { askEngine, type EngineAnswer } from "./engine.ts";
-import type { Answer, Ask } from "./core.ts";
+import { hasMedia, type Answer, type Ask } from "./core.ts";
 import { askAll, type Usage } from "./slots.ts";
 
 // A decision request as any inference request: its model found and admitted for the caller's key,
@@ -15,13 +15,19 @@ import { askAll, type Usage } from "./slots.ts";
 // and the latency figures with all of its questions' tokens. The questions: slots.ts.
 
 export type { Usage };
-export type Decided = { model: string; answers: Answer[]; usage: Usage; slots: number };
+export type Decided = { model: string; ask: Ask; answers: Answer[]; usage: Usage; slots: number };
+
+/**
+ * A request's questions, made once its model is found and admitted: its images given by URL are
+ * fetched then (see inference/media/fetch.ts), never for a request refused before.
+ */
+export type AskSource = { remote: MediaRef[]; build(): Ask };
 
 /**
  * The answers; or, given `native` (a System One body, as it came) and a decision model, the
  * engine's own answer where its runner serves `/v1/systemone` (engine.ts).
  */
-export async function askModel(deps: InferenceDeps, request: Request, requested: string, ask: Ask & { images: boolean }, native?: unknown): Promise<Decided | { engine: EngineAnswer }> {
+export async function askModel(deps: InferenceDeps, request: Request, requested: string, source: AskSource, native?: unknown): Promise<Decided | { engine: EngineAnswer }> {
   const startedAt = performance.now();
   const caller = deps.identify?.(request) ?? LOCAL_CALLER;
   let name: string | undefined;
@@ -31,7 +37,11 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
     if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
     const named = (name = model.tags[0] ?? model.id);
     if (!decisionMethod(model)) throw badRequest("model_cannot_decide", `model ${named} embeds or ranks and generates no text: decisions need a chat model`);
-    if (ask.images) throw imagesRefused(model, named);
+    if (source.remote.length > 0) await fetchMedia(deps, source.remote, request.signal);
+    const ask = source.build();
+    if (hasMedia(ask) && !model.mmprojPath) {
+      throw badRequest("images_not_supported", `model ${named} has no projector for images: decisions about images need a model that reads them`);
+    }
     ticket = deps.meter?.admit(caller, named);
     const wish = { caller: caller.name, lane: "interactive" as const };
     const acquire = (signal: AbortSignal) => deps.scheduler.acquire(model, "completion", signal, wish);
@@ -56,7 +66,7 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
     // The ledger and the latency figures read llama-server's `timings` of an answer: those of all the questions.
     timer.end(true, JSON.stringify({ timings: { cache_n: usage.cached, prompt_n: usage.input - usage.cached, predicted_n: usage.output } }));
     // Answered under the name the client gave (as it names the model in its request), counted under the model's own.
-    return { model: requested, answers, usage, slots: used };
+    return { model: requested, ask, answers, usage, slots: used };
   } catch (error) {
     if (ticket) ticket.fail();
     else deps.meter?.refused(caller, name);
@@ -64,7 +74,8 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
   }
 }
 
-function imagesRefused(model: StoredModel, name: string): HttpError {
-  if (!model.mmprojPath) return badRequest("images_not_supported", `model ${name} has no projector for images: decisions about images need a model that reads them`);
-  return badRequest("images_not_supported", `decisions about images are not answered here yet (model ${name} reads images in chat completions)`);
+/** Remote images into the body as data: URLs, fetched by us (never by llama-server), when allowed. */
+async function fetchMedia(deps: InferenceDeps, remote: MediaRef[], signal: AbortSignal): Promise<void> {
+  if (!deps.inlineMedia) throw new HttpError(500, "server_error", "media_fetch_unavailable", "remote media are allowed but cannot be fetched here");
+  await deps.inlineMedia(remote, signal);
 }

@@ -1,5 +1,5 @@
-// Decisions answered by a chat model: the pure part. Each question's options get single-character
-// labels; the question goes after the input in the model's chat template; the model's next-token
+// Decisions answered by a chat model: the pure part. Each question's options get short labels;
+// the question goes after the input in the model's chat template; the model's next-token
 // probabilities for the labels, renormalised over the labels, are the answer. Nothing here talks
 // to a runner: question.ts and slots.ts do, with the prompts and labels made here.
 
@@ -16,43 +16,55 @@ export type Question = {
   instructions: string;
   /** predicate: [true, false]; choice: the choices; score: the levels, lowest first. */
   options: Option[];
+  /** The images of its instructions (base64), in the order of their marks (MEDIA_MARK) in them. */
+  media?: string[];
 };
 
 /** One message of the input, as llama-server's chat template takes it (roles: system, user, assistant). */
 export type InputMessage = { role: "system" | "user" | "assistant"; content: string };
 
-/** The input and its questions: the same for every dialect. */
-export type Ask = { input: InputMessage[]; questions: Question[] };
+/** The input and its questions: the same for every dialect. `media`: the input's images (base64), in the order of their marks in its text. */
+export type Ask = { input: InputMessage[]; questions: Question[]; media?: string[] };
+
+/** Whether the input or a question holds an image. */
+export const hasMedia = (ask: Ask): boolean => (ask.media?.length ?? 0) > 0 || ask.questions.some((q) => (q.media?.length ?? 0) > 0);
+
+/** Where an image stands in a prompt's text: llama-server's (its multimodal library's) default mark. */
+export const MEDIA_MARK = "<__media__>";
 
 /** Each option's probability, in the options' order, summing to 1; or a refusal and why. */
 export type Answer = { probabilities: number[] } | { refusal: string };
 
 /** The most questions one request may ask (OpenAI's limit). */
 export const MAX_QUESTIONS = 400;
-/** Score levels: labelled 0–9, one digit each. */
+/** A score's levels (OpenAI's limit): labelled 0–9, one digit each. */
 export const MAX_LEVELS = 10;
-/** Choices: labelled A–Z, one letter each. */
-export const MAX_CHOICES = 26;
+/** Choices (OpenAI's limit): lettered up to 26, numbered past that. */
+export const MAX_CHOICES = 255;
 
 const LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 const DIGITS = "0123456789";
 
 /**
- * Each option's label, one character: Y and N for a predicate (true first), digits for a score's
- * levels (letters past ten levels, which only System One asks), letters for choices. A label the
- * model's vocabulary holds as one token is one step of its output: no option is favoured by
- * taking more tokens to write.
+ * Each option's label: Y and N for a predicate (true first), digits for a score's levels, letters
+ * for choices: one character each, which most vocabularies hold as one token, so that no option
+ * is favoured by taking more tokens to write. Past ten levels (which only System One asks) or 26
+ * choices, numbers of one width (choices from 1, levels from 0: "01"…"40"), read a token at a
+ * time where they take several (labels.ts); one width, so that no label is the start of another.
  */
 export function labels(question: Pick<Question, "kind" | "options">): string[] {
   const count = question.options.length;
   if (question.kind === "predicate") return ["Y", "N"];
-  const alphabet = question.kind === "score" && count <= DIGITS.length ? DIGITS : LETTERS;
-  return [...alphabet.slice(0, count)];
+  if (question.kind === "score" && count <= DIGITS.length) return [...DIGITS.slice(0, count)];
+  if (question.kind === "choice" && count <= LETTERS.length) return [...LETTERS.slice(0, count)];
+  const first = question.kind === "score" ? 0 : 1;
+  const width = String(first + count - 1).length;
+  return Array.from({ length: count }, (_, i) => String(first + i).padStart(width, "0"));
 }
 
 /** What the model is told to follow, before the input. */
 export const SYSTEM_PROMPT =
-  "You answer one question about the input below. Reply with the label of your answer only: one character, nothing else.";
+  "You answer one question about the input below. Reply with the label of your answer only, nothing else.";
 
 /** The question as the model reads it after the input, its options labelled. */
 export function questionText(question: Question): string {

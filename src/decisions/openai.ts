@@ -1,5 +1,6 @@
 import * as z from "zod";
-import { argmax, confidence, expectation, jsonText, MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, type Answer, type Ask, type InputMessage, type Question } from "./core.ts";
+import { badRequest } from "../http/errors.ts";
+import { argmax, confidence, expectation, jsonText, MAX_CHOICES, MAX_LEVELS, MAX_QUESTIONS, MEDIA_MARK, hasMedia, type Answer, type Ask, type InputMessage, type Question } from "./core.ts";
 import type { Decided } from "./ask.ts";
 
 // OpenAI's Decisions API (`client.decisions.create` of the openai package, 7.57): its body checked
@@ -44,8 +45,8 @@ const QuestionBody = z.discriminatedUnion(
   "type",
   [
     z.looseObject({ type: z.literal("predicate"), instructions, name }),
-    z.looseObject({ type: z.literal("choice"), instructions, name, choices: options(Choice, "choices", MAX_CHOICES, "each is labelled with one letter", (c) => `${typeof c.value === "boolean" ? "b" : "s"}:${JSON.stringify(c.value)}`) }),
-    z.looseObject({ type: z.literal("score"), instructions, name, levels: options(Level, "levels", MAX_LEVELS, "each is labelled with one digit", (l) => `s:${JSON.stringify(l.label)}`) }),
+    z.looseObject({ type: z.literal("choice"), instructions, name, choices: options(Choice, "choices", MAX_CHOICES, "OpenAI's limit", (c) => `${typeof c.value === "boolean" ? "b" : "s"}:${JSON.stringify(c.value)}`) }),
+    z.looseObject({ type: z.literal("score"), instructions, name, levels: options(Level, "levels", MAX_LEVELS, "OpenAI's limit", (l) => `s:${JSON.stringify(l.label)}`) }),
   ],
   { error: "each question's type must be predicate, choice or score" },
 );
@@ -60,41 +61,65 @@ export const DecisionBody = z.looseObject({
 });
 export type DecisionBody = z.infer<typeof DecisionBody>;
 
-const partText = (part: Part): string => {
+/** An input's images as they are gathered: each image's base64, in the order of its mark in the text. */
+type Media = string[];
+
+/** A part as text; an image as the mark where it stands, its data added to `media`. */
+const partText = (part: Part, media: Media): string => {
   if (part.type === "input_json") return jsonText(part.data);
   if (part.type === "refusal") return part.refusal;
-  if (part.type === "input_image") return "";
+  if (part.type === "input_image") return (media.push(imageData(part.image_url)), MEDIA_MARK);
   return part.text;
 };
-const contentText = (c: string | Part[]) => (typeof c === "string" ? c : c.map(partText).filter(Boolean).join("\n\n"));
-const hasImage = (c: unknown) => Array.isArray(c) && c.some((part: { type?: string }) => part.type === "input_image");
+const contentText = (c: string | Part[], media: Media) => (typeof c === "string" ? c : c.map((part) => partText(part, media)).filter(Boolean).join("\n\n"));
+
+/** An image's base64: a data: URL's, or bare base64 (a remote image has been fetched into a data: URL by now, see ask.ts). */
+function imageData(url: string): string {
+  const data = url.startsWith("data:") ? /^data:[^,]*;base64,(.*)$/s.exec(url)?.[1] : url;
+  if (data === undefined || !/^[A-Za-z0-9+/=\s_-]*$/.test(data)) {
+    throw badRequest("invalid_image", "an input_image's image_url must be a base64 data: URL (or an http(s) URL, where remote media are allowed)");
+  }
+  return data;
+}
 
 /** An input item as a chat message: tool calls and their outputs written out as text. */
-function message(item: z.infer<typeof Item>): InputMessage {
+function message(item: z.infer<typeof Item>, media: Media): InputMessage {
   if (item.type === "function_call_output" || item.type === "custom_tool_call_output") {
     const output = item as z.infer<typeof CallOutput>;
-    return { role: "user", content: `Output of tool call ${output.call_id}:\n${contentText(output.output)}` };
+    return { role: "user", content: `Output of tool call ${output.call_id}:\n${contentText(output.output, media)}` };
   }
   if (item.type === "function_call" || item.type === "custom_tool_call") {
     const call = item as z.infer<typeof Call>;
     return { role: "assistant", content: `Tool call ${call.call_id}: ${call.name}(${call.arguments ?? call.input ?? ""})` };
   }
   const said = item as z.infer<typeof Message>;
-  return { role: said.role === "developer" ? "system" : said.role, content: contentText(said.content) };
+  return { role: said.role === "developer" ? "system" : said.role, content: contentText(said.content, media) };
 }
 
-/** The body as the core asks it; `images`: whether the input or a question holds one. */
-export function openAiAsk(body: DecisionBody): Ask & { images: boolean } {
-  const items = typeof body.input === "string" ? [] : body.input;
-  const input = typeof body.input === "string" ? [{ role: "user" as const, content: body.input }] : items.map(message);
+/** The body as the core asks it, images as marks in the text and their data beside it. */
+export function openAiAsk(body: DecisionBody): Ask {
+  const media: Media = [];
+  const input = typeof body.input === "string" ? [{ role: "user" as const, content: body.input }] : body.input.map((item) => message(item, media));
   const questions = body.questions.map((q): Question => {
-    const base = { name: q.name ?? null, instructions: contentText(q.instructions) };
+    const own: Media = [];
+    const base = { name: q.name ?? null, instructions: contentText(q.instructions, own), ...(own.length > 0 ? { media: own } : {}) };
     if (q.type === "predicate") return { ...base, kind: "predicate", options: [{ value: true, text: "yes" }, { value: false, text: "no" }] };
     if (q.type === "choice") return { ...base, kind: "choice", options: q.choices.map((c) => ({ value: c.value, text: String(c.value), ...(c.description ? { description: c.description } : {}) })) };
     return { ...base, kind: "score", options: q.levels.map((l) => ({ value: l.label, text: l.label, ...(l.description ? { description: l.description } : {}) })) };
   });
-  const images = items.some((item) => hasImage((item as { content?: unknown }).content) || hasImage((item as { output?: unknown }).output)) || body.questions.some((q) => hasImage(q.instructions));
-  return { input, questions, images };
+  const ask = { input, questions, ...(media.length > 0 ? { media } : {}) };
+  if (hasMedia(ask)) refuseStrayMarks(body);
+  return ask;
+}
+
+/** Text that holds the mark itself would put an image where there is none: refused (400), not altered. */
+function refuseStrayMarks(body: DecisionBody): void {
+  const texts: string[] = [];
+  JSON.stringify(body, (key, value: unknown) => {
+    if (typeof value === "string" && key !== "image_url") texts.push(value);
+    return value;
+  });
+  if (texts.some((text) => text.includes(MEDIA_MARK))) throw badRequest("invalid_request", `a text holds ${MEDIA_MARK}, which marks where an image goes: remove it from a request with images`);
 }
 
 /** One answer in OpenAI's shape. */
@@ -120,11 +145,11 @@ function answer(question: Question, given: Answer): Record<string, unknown> {
   };
 }
 
-export function openAiDecision(ask: Ask, asked: Decided): Record<string, unknown> {
+export function openAiDecision(asked: Decided): Record<string, unknown> {
   const { usage } = asked;
   return {
     model: asked.model,
-    answers: ask.questions.map((q, i) => answer(q, asked.answers[i]!)),
+    answers: asked.ask.questions.map((q, i) => answer(q, asked.answers[i]!)),
     usage: {
       input_tokens: usage.input,
       input_tokens_details: { cached_tokens: usage.cached, cache_write_tokens: 0 },

@@ -3,7 +3,8 @@ import { ENGINE } from "../inference/routes.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import { runnerFailed } from "../scheduler/errors.ts";
 import { KEY_HEADER } from "../slot-cache/per-key.ts";
-import { labels, messagesAround, questionMessages, questionText, renormalise, SYSTEM_PROMPT, turns, type Answer, type InputMessage, type Question } from "./core.ts";
+import { labels, messagesAround, questionMessages, questionText, SYSTEM_PROMPT, turns, type Answer, type Ask, type InputMessage, type Question } from "./core.ts";
+import { chainedProbabilities, labelTree, type LabelForms, type Piece, type Step } from "./labels.ts";
 
 // One question asked of a leased runner: its prompt through the model's chat template, one token
 // generated with the labels' probabilities read (see `askOne`). And the calls it is made of.
@@ -32,28 +33,36 @@ export type Timings = { prompt_n: number; cache_n: number; predicted_n: number }
 /** A question's answer, the runner's slot that computed it and the tokens it took (none for a refusal made here). */
 export type Asked = { answer: Answer; slot?: number; timings?: Timings };
 
-export type RunnerCalls = { post(path: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> };
+export type RunnerCalls = {
+  post(path: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }>;
+  get(path: string): Promise<{ status: number; json: Record<string, unknown> }>;
+  /** The runner's process (its fetch), for what is kept per runner. */
+  process: object;
+};
 
 /**
- * JSON posts to a leased runner, under `signal` (the client, the runner's death, the request's
+ * JSON calls to a leased runner, under `signal` (the client, the runner's death, the request's
  * time); each answer tells the runner's watchdog it is alive. `key`: the caller's, for a runner
  * that keeps prompt caches per key (src/slot-cache/per-key.ts; it reads the body as bytes).
  */
 export function runnerCalls(lease: Lease, signal: AbortSignal, model: string, client: AbortSignal, key: string | undefined): RunnerCalls {
   const headers: Record<string, string> = { "content-type": "application/json", ...(key !== undefined ? { [KEY_HEADER]: key } : {}) };
+  const call = async (path: string, init: RequestInit) => {
+    try {
+      const response = await lease.fetch(`http://runner${path}`, { ...init, headers, signal });
+      const text = await response.text();
+      lease.heard();
+      return { status: response.status, json: jsonOr(text) };
+    } catch (error) {
+      if (client.aborted) throw clientGone();
+      if (signal.reason instanceof HttpError) throw signal.reason;
+      throw runnerFailed(model, error);
+    }
+  };
   return {
-    async post(path, body) {
-      try {
-        const response = await lease.fetch(`http://runner${path}`, { method: "POST", headers, body: new TextEncoder().encode(JSON.stringify(body)), signal });
-        const text = await response.text();
-        lease.heard();
-        return { status: response.status, json: jsonOr(text) };
-      } catch (error) {
-        if (client.aborted) throw clientGone();
-        if (signal.reason instanceof HttpError) throw signal.reason;
-        throw runnerFailed(model, error);
-      }
-    },
+    post: (path, body) => call(path, { method: "POST", body: new TextEncoder().encode(JSON.stringify(body)) }),
+    get: (path) => call(path, { method: "GET" }),
+    process: lease.fetch,
   };
 }
 
@@ -68,18 +77,32 @@ function jsonOr(text: string): Record<string, unknown> {
   return { error: { message: text.slice(0, 500) } };
 }
 
-/** Every label the questions use, with the tokens that write it alone: "A", and " A" where that is one token too. */
-export async function labelTokens(runner: RunnerCalls, questions: Question[]): Promise<Map<string, number[]>> {
-  const used = new Set(questions.flatMap((q) => labels(q)));
-  const tokens = new Map<string, number[]>();
-  await Promise.all(
-    [...used].map(async (label) => {
-      const forms = await Promise.all([label, ` ${label}`].map((content) => runner.post("/tokenize", { content })));
-      const single = forms.map(({ json }) => json.tokens as number[] | undefined).filter((t): t is number[] => t?.length === 1);
-      tokens.set(label, single.map((t) => t[0]!));
-    }),
-  );
-  return tokens;
+/** Each runner's labels as its model writes them (a property of the model), by the runner's process. */
+const written = new WeakMap<object, Map<string, Piece[][]>>();
+
+/**
+ * Every label the questions use, with the ways the model writes it alone: "A", and " A" unless its
+ * space is a token of its own (a step that writes nothing of the label, and one more completion).
+ * Asked of the runner once per label and kept: one label after the other, since llama-server
+ * serves a few connections at a time and one more waits for an idle one to time out (5 s).
+ */
+export async function labelForms(runner: RunnerCalls, questions: Question[]): Promise<LabelForms> {
+  const known = written.get(runner.process) ?? new Map<string, Piece[][]>();
+  written.set(runner.process, known);
+  const forms: LabelForms = new Map();
+  for (const label of new Set(questions.flatMap((q) => labels(q)))) {
+    let ways = known.get(label);
+    if (!ways) {
+      const answers = await Promise.all([label, ` ${label}`].map((content) => runner.post("/tokenize", { content, with_pieces: true })));
+      if (answers.some((answer) => answer.status !== 200)) throw upstream(answers.find((answer) => answer.status !== 200)!.json);
+      const all = answers.map(({ json }) => (json.tokens as Piece[] | undefined) ?? []);
+      const usable = all.filter((way) => way.length > 0 && way.every((t) => typeof t.piece === "string") && way[0]!.piece.trim() !== "");
+      ways = [...new Map(usable.map((way) => [way.map((t) => t.id).join(","), way])).values()];
+      known.set(label, ways);
+    }
+    forms.set(label, ways);
+  }
+  return forms;
 }
 
 type Probability = { id: number; prob?: number; logprob?: number };
@@ -111,38 +134,71 @@ export async function prompter(runner: RunnerCalls, input: InputMessage[], first
   return placed(first) === exact ? async (question) => placed(question) : each;
 }
 
-/** One question, in the runner's slot `slot` (llama-server's `id_slot`) or where llama-server puts it. */
-export async function askOne(runner: RunnerCalls, input: InputMessage[], question: Question, prompt: Prompter, tokens: Map<string, number[]>, slot?: number): Promise<Asked> {
-  const tags = labels(question);
-  const ids = tags.map((tag) => tokens.get(tag) ?? []);
-  const unwritten = tags.filter((_, i) => ids[i]!.length === 0);
-  if (unwritten.length > 0) return { answer: { refusal: `the model has no single token for the labels ${unwritten.join(", ")}` } };
-  const completion = await runner.post("/completion", {
-    prompt: await prompt(question),
-    n_predict: 1,
-    cache_prompt: true,
-    ...(slot !== undefined ? { id_slot: slot } : {}),
-    // Probabilities after sampling, and a sampling that changes nothing but the labels' bias: the
-    // labels' probabilities are then in the ratio of the model's own (a bias added to every label
-    // leaves their ratios as they are), renormalised over them. The grammar keeps the token
-    // generated a label; the probabilities do not depend on it. (Before sampling, llama-server
-    // reports only the model's top n tokens, where the labels need not be.)
-    post_sampling_probs: true,
-    n_probs: ids.flat().length,
-    logit_bias: ids.flat().map((id) => [id, LABEL_BIAS]),
-    grammar: `root ::= ${tags.map((tag) => JSON.stringify(tag)).join(" | ")}`,
-    ...PLAIN_SAMPLING,
-  });
-  if (completion.status !== 200) {
-    if (isContextExceeded(completion.json)) return { answer: await contextRefusal(runner, input, completion.json) };
-    throw upstream(completion.json);
+/** A step's answer that the prompt does not fit the slot's context (llama-server's error). */
+class ContextExceeded {
+  readonly json: Record<string, unknown>;
+  constructor(json: Record<string, unknown>) {
+    this.json = json;
   }
-  const given = (completion.json.timings ?? {}) as Partial<Timings>;
-  const timings = { prompt_n: given.prompt_n ?? 0, cache_n: given.cache_n ?? 0, predicted_n: given.predicted_n ?? 0 };
-  const [first] = (completion.json.completion_probabilities ?? []) as { top_probs?: Probability[] }[];
-  const probability = new Map((first?.top_probs ?? []).map((p) => [p.id, p.prob ?? Math.exp(p.logprob ?? -Infinity)]));
-  const answer = renormalise(ids.map((forms) => forms.map((id) => probability.get(id) ?? 0)));
-  return { answer, slot: completion.json.id_slot as number, timings };
+}
+
+/**
+ * One question, in the runner's slot `slot` (llama-server's `id_slot`) or where llama-server puts
+ * it: one single-token completion for each step of its labels' tree (labels.ts; one for labels of
+ * one token each), all in the slot the first went to.
+ */
+export async function askOne(runner: RunnerCalls, ask: Ask, question: Question, prompt: Prompter, forms: LabelForms, slot?: number): Promise<Asked> {
+  const tags = labels(question);
+  const unwritten = tags.filter((tag) => (forms.get(tag) ?? []).length === 0);
+  if (unwritten.length > 0) return { answer: { refusal: `the model's vocabulary cannot write the labels ${unwritten.join(", ")}` } };
+  const text = await prompt(question);
+  const media = [...(ask.media ?? []), ...(question.media ?? [])];
+  const timings: Timings = { prompt_n: 0, cache_n: 0, predicted_n: 0 };
+  let asked = slot;
+  const step: Step = async (prefix, ids, rest) => {
+    const completion = await runner.post("/completion", {
+      prompt: promptWith(text, media, prefix),
+      n_predict: 1,
+      cache_prompt: true,
+      ...(asked !== undefined ? { id_slot: asked } : {}),
+      // Probabilities after sampling, and a sampling that changes nothing but the labels' bias: the
+      // labels' probabilities are then in the ratio of the model's own (a bias added to every label
+      // leaves their ratios as they are), renormalised over them. The grammar keeps the token
+      // generated one that goes on to a label; the probabilities do not depend on it. (Before
+      // sampling, llama-server reports only the model's top n tokens, where the labels need not be.)
+      post_sampling_probs: true,
+      n_probs: ids.length,
+      logit_bias: ids.map((id) => [id, LABEL_BIAS]),
+      grammar: `root ::= ${rest.map((ending) => JSON.stringify(ending)).join(" | ")}`,
+      ...PLAIN_SAMPLING,
+    });
+    if (completion.status !== 200) throw isContextExceeded(completion.json) ? new ContextExceeded(completion.json) : upstream(completion.json, completion.status);
+    const given = (completion.json.timings ?? {}) as Partial<Timings>;
+    timings.prompt_n += given.prompt_n ?? 0;
+    timings.cache_n += given.cache_n ?? 0;
+    timings.predicted_n += given.predicted_n ?? 0;
+    asked ??= completion.json.id_slot as number;
+    const [first] = (completion.json.completion_probabilities ?? []) as { top_probs?: Probability[] }[];
+    const probability = new Map((first?.top_probs ?? []).map((p) => [p.id, p.prob ?? Math.exp(p.logprob ?? -Infinity)]));
+    return ids.map((id) => probability.get(id) ?? 0);
+  };
+  try {
+    const answer = await chainedProbabilities(labelTree(tags, forms), tags.length, step);
+    return { answer, slot: asked, timings };
+  } catch (error) {
+    if (!(error instanceof ContextExceeded)) throw error;
+    return { answer: await contextRefusal(runner, ask.input, error.json) };
+  }
+}
+
+/**
+ * A step's prompt: the question's, then the tokens of the labels written so far. As tokens where
+ * it is text (a prompt of strings and token ids, exactly the tokens the tree follows); with images,
+ * llama-server takes only text beside them, so the tokens' text is appended.
+ */
+function promptWith(text: string, media: string[], prefix: Piece[]): unknown {
+  if (media.length > 0) return { prompt_string: text + prefix.map((p) => p.piece).join(""), multimodal_data: media };
+  return prefix.length > 0 ? [text, ...prefix.map((p) => p.id)] : text;
 }
 
 /** A prompt that shares nothing with any question's: see slots.ts, `seed`. */
@@ -176,8 +232,12 @@ function templateRefused(json: Record<string, unknown>): HttpError {
   return new HttpError(400, "invalid_request_error", "template_refused", `the model's chat template refuses the input's messages: ${message}`);
 }
 
-/** An error llama-server answered that is not the request's fault: passed on as the runner's. */
-function upstream(json: Record<string, unknown>): HttpError {
+/**
+ * An error llama-server answered: the request's when llama-server says so (400: an image it cannot
+ * read...), else the runner's.
+ */
+function upstream(json: Record<string, unknown>, status = 502): HttpError {
   const message = (json.error as { message?: string } | undefined)?.message ?? JSON.stringify(json).slice(0, 500);
+  if (status === 400) return new HttpError(400, "invalid_request_error", "invalid_request", `${ENGINE} refused the question's prompt: ${message}`);
   return new HttpError(502, "upstream_error", "runner_error", `${ENGINE} answered: ${message}`);
 }

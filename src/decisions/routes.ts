@@ -1,6 +1,7 @@
 import { readJson } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
 import { counted, ENGINE, type InferenceDeps } from "../inference/routes.ts";
+import { remoteMedia } from "../inference/body-policy.ts";
 import { askModel } from "./ask.ts";
 import { CHAT_METHOD, ENGINE_METHOD, METHOD_HEADER, SLOTS_HEADER } from "./method.ts";
 import { DecisionBody, openAiAsk, openAiDecision } from "./openai.ts";
@@ -18,18 +19,18 @@ const answered = (body: unknown, slots: number) => Response.json(body, { headers
 export function decisionRoutes(deps: InferenceDeps): Route[] {
   const decisions = async (request: Request) => {
     const body = await readJson(request, deps.bodyLimit, DecisionBody);
-    const ask = openAiAsk(body);
-    const decided = await askModel(deps, request, body.model, ask);
+    // Images by URL judged now (400 for one never fetched), fetched once the model is admitted.
+    const remote = remoteMedia(body, deps.bodyPolicy);
+    const decided = await askModel(deps, request, body.model, { remote, build: () => openAiAsk(body) });
     if ("engine" in decided) throw new Error("an engine's answer to a request that named none");
-    return answered(openAiDecision(ask, decided), decided.slots);
+    return answered(openAiDecision(decided), decided.slots);
   };
   const systemone = async (request: Request) => {
     const body = await readJson(request, deps.bodyLimit, SystemOneBody);
-    const ask = systemOneAsk(body);
     // A decision model's is asked of the engine first, as it came (see engine.ts).
-    const decided = await askModel(deps, request, body.model, ask, body);
+    const decided = await askModel(deps, request, body.model, { remote: [], build: () => systemOneAsk(body) }, body);
     if ("engine" in decided) return Response.json(decided.engine.json, { status: decided.engine.status, headers: { [METHOD_HEADER]: ENGINE_METHOD } });
-    return answered(systemOneAnswer(ask, decided), decided.slots);
+    return answered(systemOneAnswer(decided), decided.slots);
   };
   return BASES.flatMap((base): Route[] => [
     { method: "POST", path: `${base}/decisions`, handle: (request) => counted(deps.metrics, "decisions", () => decisions(request)) },

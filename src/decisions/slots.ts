@@ -1,8 +1,9 @@
 import { anySignal } from "../http/abort.ts";
 import { requestTimedOut } from "../inference/bounds.ts";
 import type { Lease } from "../scheduler/runner.ts";
-import { SYSTEM_PROMPT, turns, type Answer, type Ask } from "./core.ts";
-import { askOne, clearSlot, labelTokens, prompter, runnerCalls, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
+import { hasMedia, SYSTEM_PROMPT, turns, type Answer, type Ask } from "./core.ts";
+import { runnerMark, withRunnerMarks } from "./media.ts";
+import { askOne, clearSlot, labelForms, prompter, runnerCalls, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
 
 // A request's questions over the runner's slots, the input processed once.
 //
@@ -75,7 +76,8 @@ type Queue = Awaited<ReturnType<typeof questionQueue>>;
 
 /** The request's questions, handed out in order to whichever slot asks next; their answers and tokens. */
 async function questionQueue(runner: RunnerCalls, ask: Ask) {
-  const [tokens, prompt] = await Promise.all([labelTokens(runner, ask.questions), prompter(runner, ask.input, ask.questions[0]!)]);
+  const [forms, templated, mark] = await Promise.all([labelForms(runner, ask.questions), prompter(runner, ask.input, ask.questions[0]!), hasMedia(ask) ? runnerMark(runner) : undefined]);
+  const prompt: Prompter = mark === undefined ? templated : async (question) => withRunnerMarks(await templated(question), mark);
   const answers: Answer[] = [];
   const usage: Usage = { input: 0, cached: 0, output: 0 };
   let next = 0;
@@ -87,7 +89,7 @@ async function questionQueue(runner: RunnerCalls, ask: Ask) {
     async askNext(worker: Worker): Promise<Asked | undefined> {
       if (next >= ask.questions.length) return undefined;
       const i = next++;
-      const asked = await askOne(worker.runner, ask.input, ask.questions[i]!, prompt, tokens, worker.slot);
+      const asked = await askOne(worker.runner, ask, ask.questions[i]!, prompt, forms, worker.slot);
       answers[i] = asked.answer;
       if (asked.timings) {
         usage.input += asked.timings.prompt_n + asked.timings.cache_n;

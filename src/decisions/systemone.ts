@@ -11,7 +11,7 @@ import type { Decided } from "./ask.ts";
 const Content = z.union([z.string(), z.record(z.string(), z.unknown()), z.array(z.unknown())], { error: "must be text, a JSON object or an array" });
 const contentText = (c: z.infer<typeof Content>) => (typeof c === "string" ? c : jsonText(c));
 
-/** System One labels at most 26 options, one letter each. */
+/** A choice's or a score's options: as many as OpenAI's choices (System One names no limit). */
 const MAX_OPTIONS = MAX_CHOICES;
 
 const countCheck = (what: string) => (count: number, context: z.RefinementCtx) => {
@@ -52,7 +52,7 @@ export const SystemOneBody = z.looseObject({
 });
 export type SystemOneBody = z.infer<typeof SystemOneBody>;
 
-export function systemOneAsk(body: SystemOneBody): Ask & { images: false } {
+export function systemOneAsk(body: SystemOneBody): Ask {
   const questions = Object.entries(body.questions).map(([name, q]): Question => {
     const base = { name, instructions: contentText(q.instructions) };
     if (q.type === "noul") {
@@ -61,7 +61,7 @@ export function systemOneAsk(body: SystemOneBody): Ask & { images: false } {
     if (q.type === "choice") return { ...base, kind: "choice", options: Object.entries(q.criteria).map(([key, description]) => ({ value: key, text: description ?? key })) };
     return { ...base, kind: "score", options: q.criteria.map((description, i) => ({ value: String(i), text: description })) };
   });
-  return { input: [{ role: "user", content: contentText(body.state) }], questions, images: false };
+  return { input: [{ role: "user", content: contentText(body.state) }], questions };
 }
 
 function answer(question: Question, given: Answer): Record<string, unknown> {
@@ -79,10 +79,10 @@ function answer(question: Question, given: Answer): Record<string, unknown> {
   };
 }
 
-export function systemOneAnswer(ask: Ask, asked: Decided): Record<string, unknown> {
+export function systemOneAnswer(asked: Decided): Record<string, unknown> {
   return {
     model: asked.model,
-    answers: Object.fromEntries(ask.questions.map((q, i) => [q.name, answer(q, asked.answers[i]!)])),
+    answers: Object.fromEntries(asked.ask.questions.map((q, i) => [q.name, answer(q, asked.answers[i]!)])),
     usage: { input_tokens: asked.usage.input, output_tokens: asked.usage.output, cached_tokens: asked.usage.cached },
   };
 }

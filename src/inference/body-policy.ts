@@ -41,6 +41,14 @@ export function policeBody(body: unknown, policy: BodyPolicy): MediaRef[] {
       throw badRequest("field_not_allowed", `${rule.field} ${rule.why} (got ${JSON.stringify(fields[rule.field])})`);
     }
   }
+  return remoteMedia(body, policy);
+}
+
+/**
+ * The media `body` gives by http(s) URL that may be fetched; 400 for one that may not (remote
+ * media off, an address that is not public, a scheme never fetched).
+ */
+export function remoteMedia(body: unknown, policy: BodyPolicy): MediaRef[] {
   const remote: MediaRef[] = [];
   for (const ref of mediaRefs(body)) {
     const value = ref.holder[ref.key] as string;

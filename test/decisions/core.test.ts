@@ -15,7 +15,9 @@ describe("labels", () => {
     ["26 choices: A to Z", choice(26), [..."ABCDEFGHIJKLMNOPQRSTUVWXYZ"]],
     ["a score: digits from 0", score(3), ["0", "1", "2"]],
     ["ten levels: 0 to 9", score(10), [..."0123456789"]],
-    ["System One's longer scales: letters", score(12), [..."ABCDEFGHIJKL"]],
+    ["System One's longer scales: numbers of one width from 0", score(12), ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]],
+    ["27 choices: numbers of one width from 1", choice(27), Array.from({ length: 27 }, (_, i) => String(i + 1).padStart(2, "0"))],
+    ["255 choices: three digits each", choice(255), Array.from({ length: 255 }, (_, i) => String(i + 1).padStart(3, "0"))],
   ])("%s", (_, question, expected) => {
     expect(labels(question)).toEqual(expected);
   });

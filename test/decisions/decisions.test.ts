@@ -149,6 +149,49 @@ describe("many questions", () => {
   }, 300_000);
 });
 
+describe("more options than letters or digits", () => {
+  /** How many single-token completions reading `labels` takes: one for each prefix (in tokens) that more than one label's tokens go on from. */
+  async function stepsFor(labels: string[]): Promise<number> {
+    const next = new Map<string, Set<number>>();
+    for (const label of labels) {
+      const tokens = (await ask(tcp(), "POST", "/tokenize", { model: MODEL, content: label })).json().tokens as number[];
+      tokens.forEach((token, i) => {
+        const prefix = tokens.slice(0, i).join(",");
+        next.set(prefix, (next.get(prefix) ?? new Set()).add(token));
+      });
+    }
+    return [...next.values()].filter((ways) => ways.size > 1).length;
+  }
+
+  it("answers 40 choices, numbered 01 to 40 and read a token at a time, through the official client", async () => {
+    const choices = Array.from({ length: 40 }, (_, i) => ({ value: `queue-${i}`, ...(i % 3 === 0 ? { description: `Tickets of kind ${i}` } : {}) }));
+    const decision = await client("/v1").decisions.create({ model: MODEL, input: "A customer cannot pay with a gift card.", questions: [{ type: "choice", name: "queue", instructions: "Which queue takes it?", choices }] });
+    const [answer] = decision.answers as OpenAI.Decision.AnswerResourceChoice[];
+    const ps = answer!.probabilities.map((p) => p.probability);
+    expect(answer!.probabilities.map((p) => p.value)).toEqual(choices.map((c) => c.value));
+    expect(ps.every((p) => p >= 0 && p <= 1)).toBe(true);
+    expect(Math.abs(sum(ps) - 1)).toBeLessThan(1e-6);
+    expect(answer!.choice).toBe(choices[argmax(ps)]!.value);
+    expect(answer!.confidence).toBeCloseTo(expectedConfidence(ps), 9);
+    // The tiny vocabulary writes digits one by one: more than one completion, one a branching prefix.
+    const steps = await stepsFor(Array.from({ length: 40 }, (_, i) => String(i + 1).padStart(2, "0")));
+    expect(steps).toBeGreaterThan(1);
+    expect(decision.usage.output_tokens).toBe(steps);
+  });
+
+  it("answers System One's scale of 12 levels, numbered 00 to 11", async () => {
+    const criteria = Array.from({ length: 12 }, (_, i) => `Level ${i}`);
+    const answer = await ask(tcp(), "POST", "/v1/systemone", { model: MODEL, state: "The checkout is slow.", questions: { urgency: { type: "score", instructions: "How urgent?", criteria } } });
+    expect(answer.status).toBe(200);
+    const { urgency } = answer.json().answers;
+    expect(Object.keys(urgency.legend)).toEqual(criteria.map((_, i) => String(i)));
+    const ps = criteria.map((_, i) => urgency.probabilities[String(i)] as number);
+    expect(Math.abs(sum(ps) - 1)).toBeLessThan(1e-6);
+    expect(urgency.score).toBeCloseTo(sum(ps.map((p, i) => p * i)), 9);
+    expect(answer.json().usage.output_tokens).toBe(await stepsFor(criteria.map((_, i) => String(i).padStart(2, "0"))));
+  });
+});
+
 describe("a runner without a host prompt cache", () => {
   it("gives the questions to as many slots as got the input cheaply: the first, and the one that found it could not", async () => {
     const configured = await ask(tcp(), "POST", "/engines/_configure", { model: "ai/nocache", "cache-ram": 0 });
@@ -283,7 +326,7 @@ describe("errors in OpenAI's shape, and the server stays up", () => {
     ["an empty option list", "/v1/decisions", decision([choice([])]), 400, "invalid_request", /choices must not be empty/],
     ["one option", "/engines/v1/decisions", decision([choice([{ value: "a" }])]), 400, "invalid_request", /at least 2/],
     ["a duplicate option", "/v1/decisions", decision([choice([{ value: "a" }, { value: "b" }, { value: "a" }])]), 400, "invalid_request", /"a" twice/],
-    ["more choices than letters", "/v1/decisions", decision([choice(Array.from({ length: 27 }, (_, i) => ({ value: `c${i}` })))]), 400, "invalid_request", /at most 26/],
+    ["more choices than OpenAI allows", "/v1/decisions", decision([choice(Array.from({ length: 256 }, (_, i) => ({ value: `c${i}` })))]), 400, "invalid_request", /at most 255/],
     ["a score of one level", "/v1/decisions", decision([score(1)]), 400, "invalid_request", /levels must hold at least 2/],
     ["a score of eleven levels", "/engines/llama.cpp/v1/decisions", decision([score(11)]), 400, "invalid_request", /levels may hold at most 10/],
     ["an unknown question type", "/v1/decisions", decision([{ type: "rank", instructions: "x" }]), 400, "invalid_request", /predicate, choice or score/],
