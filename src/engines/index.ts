@@ -42,7 +42,12 @@ export function createEngines(deps: EnginesDeps) {
     const running = pulls.get(reference);
     if (running) return running;
     const pulling = pullEngine(reference, pullDeps, signal).then(
-      (record) => (events.add({ kind: "pulled", engine: record.name, message: `pulled ${record.reference} (${record.version}, ${record.variant}, ${record.digest})` }), record),
+      // Told once per build stored: a pull that found its build there already (asked again, under
+      // another name, or by a caller that came just after the one that stored it) stored nothing.
+      ({ record, stored }) => {
+        if (stored) events.add({ kind: "pulled", engine: record.name, message: `pulled ${record.reference} (${record.version}, ${record.variant}, ${record.digest})` });
+        return record;
+      },
       (error: Error) => {
         events.add({ kind: "pull_failed", engine: reference, message: error.message });
         throw error;
