@@ -258,6 +258,10 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     const [answer, status] = await Promise.all([http.ask("POST", "/engines/v1/chat/completions", chat("ai/other")), http.ask("GET", "/engines/status")]);
     expect(answer.status, answer.body).toBe(200);
     expect(status.status, status.body).toBe(200);
+    // Stored, it is taken from the store from now on: the registry is not asked again (here it no
+    // longer has the image), though the setting names it as written, not as its pull stored it.
+    const gone = await fetch(`${stack.registry.url}/v2/llamadock/llama-server/manifests/${v3.digest}`, { method: "DELETE" });
+    expect(gone.status).toBe(202);
     expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "v3" });
     expect((await http.ask("GET", "/engines/status")).json()["llama.cpp"]).toMatch(/^Running: llama\.cpp 0\.5\.0-dev .* \(engine v3\)$/);
     // A model that names its own build keeps it.
