@@ -23,7 +23,14 @@ export const heldBy = (files: FileRecord[], owner: string): Holding =>
 
 export const plus = (a: Holding, b: Holding): Holding => ({ files: a.files + b.files, bytes: a.bytes + b.bytes });
 
-const quotaExceeded = (message: string, headers: Record<string, string> = {}) => new HttpError(429, "rate_limit_error", "quota_exceeded", message, headers);
+/**
+ * A quota frees only when its key deletes some of its files (they never expire): no time to name
+ * in a Retry-After, and nothing a client's retry a few seconds later would find changed. So the
+ * answer tells OpenAI's clients not to retry (they retry every 429 unless `x-should-retry: false`),
+ * where a rate limit's 429 (keys/limits.ts) frees itself and says when.
+ */
+const quotaExceeded = (message: string, headers: Record<string, string> = {}) =>
+  new HttpError(429, "rate_limit_error", "quota_exceeded", message, { ...headers, "x-should-retry": "false" });
 
 /** The refusal of what `owner` would hold with `held` (one more file and its bytes counted), or undefined if it stays within the limits. */
 export function overQuota(owner: string, held: Holding, limits: Pick<FileLimits, "keyMaxFiles" | "keyMaxBytes">, headers?: Record<string, string>): HttpError | undefined {

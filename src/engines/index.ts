@@ -3,6 +3,7 @@ import { buildLlamaServerArgs, describeBuild, runnerSpec, spellFor, type EngineB
 import { badRequest } from "../http/errors.ts";
 import { conflict } from "../models/errors.ts";
 import type { RegistryOptions } from "../models/registry/client.ts";
+import { parseReference } from "../models/reference.ts";
 import type { Runtime } from "../runtime/types.ts";
 import type { ModelSettings } from "../scheduler/settings.ts";
 import { createEventLog, type EngineEvents } from "./events.ts";
@@ -42,7 +43,12 @@ export function createEngines(deps: EnginesDeps) {
     const running = pulls.get(reference);
     if (running) return running;
     const pulling = pullEngine(reference, pullDeps, signal).then(
-      (record) => (events.add({ kind: "pulled", engine: record.name, message: `pulled ${record.reference} (${record.version}, ${record.variant}, ${record.digest})` }), record),
+      // Told once per build stored: a pull that found its build there already (asked again, under
+      // another name, or by a caller that came just after the one that stored it) stored nothing.
+      ({ record, stored }) => {
+        if (stored) events.add({ kind: "pulled", engine: record.name, message: `pulled ${record.reference} (${record.version}, ${record.variant}, ${record.digest})` });
+        return record;
+      },
       (error: Error) => {
         events.add({ kind: "pull_failed", engine: reference, message: error.message });
         throw error;
@@ -60,10 +66,21 @@ export function createEngines(deps: EnginesDeps) {
     return { name: BUILTIN, path: binary.path, version: binary.version, ...(flags ? { flags } : {}) };
   }
 
+  /** A reference as a pull stores it (its key); undefined for one that is not (its pull says why). */
+  function storedAs(reference: string): string | undefined {
+    try {
+      return parseReference(reference, pullDeps.defaultRegistry ? { defaultRegistry: pullDeps.defaultRegistry } : {}).key;
+    } catch {
+      return undefined;
+    }
+  }
+
   /**
    * The build a name names. The configured default that is not in the store yet is pulled (DMR's
    * LLAMA_SERVER_VERSION: `b6100` names llama.cpp's image of that version); any other name must
-   * have been pulled.
+   * have been pulled. Once pulled, the default is found by the reference its pull stored (`b6100`
+   * and a name in the default registry are not stored as written): else each launch and status line
+   * asked the registry again, and failed where it could not be reached.
    */
   async function build(name: string): Promise<EngineBuild> {
     if (name === BUILTIN) return builtin();
@@ -71,7 +88,9 @@ export function createEngines(deps: EnginesDeps) {
     if (record) return store.build(record);
     if (name !== deps.config.default) throw engineNotFound(name);
     const reference = /^b\d+$/.test(name) ? officialImage(name, await hasGpu()) : name;
-    return store.build(await pull(reference));
+    const key = storedAs(reference);
+    const pulled = key === undefined ? undefined : await store.find(key);
+    return store.build(pulled ?? (await pull(reference)));
   }
 
   const defaultName = async () => (await store.defaultName()) ?? deps.config.default ?? BUILTIN;

@@ -19,6 +19,9 @@ import { LAYER_TYPES, markExecutable, unpackLayer, type Modes } from "./unpack.t
 // only then is the build run, once, for its `--version` and `--help`. A failure at any step
 // leaves nothing in the store.
 
+/** The build a pull ended with, and whether this pull put it in the store (not there already). */
+export type Pulled = { record: EngineRecord; stored: boolean };
+
 /** The most an engine image's layers may hold together: a CUDA build is about 2 GiB. */
 export const ENGINE_MAX_BYTES = 8 * 1024 ** 3;
 
@@ -32,14 +35,14 @@ export type PullDeps = {
   hostGlibc?: () => Promise<string | undefined>;
 };
 
-export async function pullEngine(input: string, deps: PullDeps, signal: AbortSignal): Promise<EngineRecord> {
+export async function pullEngine(input: string, deps: PullDeps, signal: AbortSignal): Promise<Pulled> {
   const reference = parseReference(input, deps.defaultRegistry ? { defaultRegistry: deps.defaultRegistry } : {});
   const repository = openRepository(reference, deps.registry);
   // Of an image for several platforms, this host's (Linux, its architecture).
   const manifest = await repository.manifest(signal, { os: "linux", architecture: hostArch() });
   // The same build under another name: kept once, under the name it came with first.
   const known = (await deps.store.list()).find((r) => r.digest === manifest.digest);
-  if (known) return known;
+  if (known) return { record: known, stored: false };
   const size = manifest.layers.reduce((sum, l) => sum + l.size, 0);
   if (size > ENGINE_MAX_BYTES) throw unsupportedArtifact(`${reference.key} holds ${size} bytes, more than an engine may (${ENGINE_MAX_BYTES})`);
   const unknown = manifest.layers.find((l) => !LAYER_TYPES.includes(l.mediaType));
@@ -77,8 +80,7 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
       size,
       pulledAt: new Date().toISOString(),
     };
-    await incoming.commit(record);
-    return record;
+    return { record, stored: await incoming.commit(record) };
   } catch (error) {
     await incoming.discard();
     throw error;

@@ -76,8 +76,8 @@ export function openEngineStore(root: string) {
     find,
     build,
     folder,
-    /** A folder for a pull to unpack into; `commit` moves it in place, under its record. */
-    async incoming(): Promise<{ dir: string; commit(record: EngineRecord): Promise<void>; discard(): Promise<void> }> {
+    /** A folder for a pull to unpack into; `commit` moves it in place, under its record (false: the build was there already). */
+    async incoming(): Promise<{ dir: string; commit(record: EngineRecord): Promise<boolean>; discard(): Promise<void> }> {
       const dir = join(root, `.incoming-${crypto.randomUUID()}`);
       await mkdir(dir, { recursive: true });
       return {
@@ -85,10 +85,14 @@ export function openEngineStore(root: string) {
         async commit(record) {
           // Another process sharing the store may have put the same build there meanwhile, and run
           // it since: its folder stays; only a leftover without a record is replaced.
-          if (await readRecord(recordFile(record.digest))) return void (await rm(dir, { recursive: true, force: true }));
+          if (await readRecord(recordFile(record.digest))) {
+            await rm(dir, { recursive: true, force: true });
+            return false;
+          }
           await rm(folder(record.digest), { recursive: true, force: true });
           await writeFile(join(dir, "engine.json"), `${JSON.stringify(record, null, 2)}\n`);
           await rename(dir, folder(record.digest));
+          return true;
         },
         discard: () => rm(dir, { recursive: true, force: true }),
       };

@@ -38,7 +38,7 @@ const ALLOWED_HEADERS = [
 ];
 const ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS";
 const EXPOSED_HEADERS =
-  "retry-after, x-request-id, content-type, x-llamadock-overhead-ms, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens";
+  "retry-after, x-should-retry, x-request-id, content-type, x-llamadock-overhead-ms, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, x-ratelimit-reset-requests, x-ratelimit-limit-tokens, x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens";
 const PREFLIGHT_MAX_AGE = "600";
 
 export const DEFAULT_ORIGINS = [

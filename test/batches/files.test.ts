@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
-import { connect } from "node:net";
+import { createServer, request as httpRequest } from "node:http";
+import { connect, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI, { toFile } from "openai";
@@ -18,7 +19,7 @@ import { until } from "../support/until.ts";
 const runtimes: RuntimeName[] = ["bun", "node", "deno"];
 const KIB = 1024;
 const MIB = 1024 * KIB;
-const KEYS = { other: "sk-files-other-5d1f", bytes: "sk-files-bytes-9a0c", count: "sk-files-count-77e2", admin: "sk-files-admin-31b4", together: "sk-files-together-c2d8" };
+const KEYS = { other: "sk-files-other-5d1f", bytes: "sk-files-bytes-9a0c", count: "sk-files-count-77e2", admin: "sk-files-admin-31b4", together: "sk-files-together-c2d8", retry: "sk-files-retry-e6a9" };
 const BOUNDARY = "----files-test-b0undary";
 
 /** The form's bytes before and after the file's content. */
@@ -96,6 +97,30 @@ function parseAnswer(raw: string): Answer | undefined {
   return { status: Number(/^HTTP\/1\.1 (\d+)/.exec(headers)?.[1]), body, json: () => JSON.parse(body) };
 }
 
+/**
+ * A loopback front that passes each request on to the server at `target` as it is, and counts
+ * them: what reached the server, whatever its client did with the answers.
+ */
+async function countingFront(target: string) {
+  const upstream = new URL(target);
+  const requests: string[] = [];
+  const server = createServer((request, response) => {
+    requests.push(`${request.method} ${request.url}`);
+    const proxied = httpRequest({ host: upstream.hostname, port: upstream.port, method: request.method, path: request.url, headers: request.headers }, (answer) => {
+      response.writeHead(answer.statusCode ?? 502, answer.headers);
+      answer.pipe(response);
+    });
+    proxied.on("error", () => response.socket?.destroy());
+    request.pipe(proxied);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    requests,
+    stop: () => new Promise<void>((resolve) => (server.closeAllConnections(), server.close(() => resolve()))),
+  };
+}
+
 describe.each(runtimes)("OpenAI Files under %s", (runtime) => {
   let dir: string;
   let server: ServerProcess;
@@ -112,7 +137,7 @@ describe.each(runtimes)("OpenAI Files under %s", (runtime) => {
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), "llamadock-files-"));
-    await writeFile(join(dir, "keys"), `${KEYS.other} name=other\n${KEYS.bytes} name=bytes\n${KEYS.count} name=count\n${KEYS.admin} name=boss admin\n${KEYS.together} name=together\n`);
+    await writeFile(join(dir, "keys"), `${KEYS.other} name=other\n${KEYS.bytes} name=bytes\n${KEYS.count} name=count\n${KEYS.admin} name=boss admin\n${KEYS.together} name=together\n${KEYS.retry} name=retry\n`);
     const registry = { host: "127.0.0.1:9" } as Registry; // no model is pulled
     server = await startRunnerService(runtime, dir, registry, {
       API_KEYS_FILE: join(dir, "keys"),
@@ -232,6 +257,23 @@ describe.each(runtimes)("OpenAI Files under %s", (runtime) => {
     }
     // The admin sees everyone's files but its quota counts its own.
     expect((await listed(KEYS.count)).length).toBe(3);
+  });
+
+  it("a quota refusal is not retried by the official client (default retries): x-should-retry false, no Retry-After; one request reaches the server", async () => {
+    for (let i = 0; i < 3; i++) await client(KEYS.retry).files.create({ file: await toFile(Buffer.from(`{"n":${i}}\n`), `f${i}.jsonl`), purpose: "batch" });
+    const front = await countingFront(url);
+    try {
+      const retrying = new OpenAI({ baseURL: `${front.url}/v1`, apiKey: KEYS.retry });
+      expect(retrying.maxRetries).toBeGreaterThan(0);
+      const refused = await retrying.files.create({ file: await toFile(Buffer.from("{}\n"), "f3.jsonl"), purpose: "batch" }).catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+      expect(front.requests).toEqual(["POST /v1/files"]);
+      const { status, code, headers } = refused as InstanceType<typeof OpenAI.APIError>;
+      expect([status, code, headers?.get("x-should-retry"), headers?.get("retry-after")]).toEqual([429, "quota_exceeded", "false", null]);
+    } finally {
+      await front.stop();
+    }
+    expect((await listed(KEYS.retry)).length).toBe(3);
   });
 
   it("a download, streamed, is the upload byte for byte (content full of CRLFs and boundary-like bytes, sent in odd pieces)", async () => {

@@ -21,7 +21,7 @@ describe("the per-key file quota", () => {
     expect(overQuota("a", { files: 1, bytes: 101 }, limits)?.message).toContain("KEY_MAX_FILE_BYTES");
     expect(overQuota("a", { files: 4, bytes: 1 }, limits)?.message).toContain("KEY_MAX_FILES");
     expect(overQuota("a", { files: 10 ** 6, bytes: 2 ** 50 }, { keyMaxFiles: 0, keyMaxBytes: 0 })).toBeUndefined();
-    expect(overQuota("a", { files: 4, bytes: 1 }, limits, { connection: "close" })?.headers).toEqual({ connection: "close" });
+    expect(overQuota("a", { files: 4, bytes: 1 }, limits, { connection: "close" })?.headers).toEqual({ connection: "close", "x-should-retry": "false" });
   });
 });
 

@@ -250,12 +250,18 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     expect(await stack.runnerLogs()).toMatch(/\(v1\): .*-cms 4096/);
   });
 
-  it("takes the default from DMR's LLAMA_SERVER_VERSION, pulling a build not yet there when first needed", async () => {
+  it("takes the default from DMR's LLAMA_SERVER_VERSION, pulling a build not yet there when first needed, once for callers at once", async () => {
     const http = api(stack);
     const v3 = await publishBuild(stack.registry, "as-built", "v3", (folder) => writeFile(join(folder, "NOTES"), "v3"));
     await stack.restart({ LLAMA_SERVER_VERSION: v3.reference });
-    const answer = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"));
+    // Two callers need the default's build at once: a runner's launch and the status line.
+    const [answer, status] = await Promise.all([http.ask("POST", "/engines/v1/chat/completions", chat("ai/other")), http.ask("GET", "/engines/status")]);
     expect(answer.status, answer.body).toBe(200);
+    expect(status.status, status.body).toBe(200);
+    // Stored, it is taken from the store from now on: the registry is not asked again (here it no
+    // longer has the image), though the setting names it as written, not as its pull stored it.
+    const gone = await fetch(`${stack.registry.url}/v2/llamadock/llama-server/manifests/${v3.digest}`, { method: "DELETE" });
+    expect(gone.status).toBe(202);
     expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "v3" });
     expect((await http.ask("GET", "/engines/status")).json()["llama.cpp"]).toMatch(/^Running: llama\.cpp 0\.5\.0-dev .* \(engine v3\)$/);
     // A model that names its own build keeps it.
@@ -270,6 +276,8 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     expect(await onDefault()).toBe("v3 ready");
     const settings = (await http.ask("GET", "/engines/_configure?model=ai/tiny")).json();
     expect(JSON.stringify(settings)).not.toMatch(/"engine"/);
+    // Stored once, told once, however many callers needed it since the restart.
+    expect((await http.events()).filter((e) => e.kind === "pulled")).toEqual([expect.objectContaining({ engine: "v3", message: expect.stringContaining(v3.digest) })]);
   });
 
   it("lets only an admin key pull, choose or remove builds; any key lists them", async () => {

@@ -114,6 +114,25 @@ describe("usage per key and model, in every dialect", () => {
     expect((await usageOf(KEYS.alice, "?model=ai/missing")).data).toEqual([]);
   });
 
+  it("a model not found in Ollama's dialect: each route's 404 counted under (unknown) as well, never under the name sent", async () => {
+    const before = await totalOf("alice", "(unknown)");
+    const missing = [
+      ["/api/chat", { model: "ai/missing", messages: chat.messages, stream: false }],
+      ["/api/generate", { model: "ai/missing", prompt: "hello there", stream: false }],
+      ["/api/embed", { model: "ai/missing", input: "hello there" }],
+      ["/api/embeddings", { model: "ai/missing", prompt: "hello there" }],
+      // Ollama's load (no messages) of a model not found is refused as well.
+      ["/api/chat", { name: "ai/missing" }],
+    ] as const;
+    for (const [path, body] of missing) {
+      const answer = await ask(tcp, "POST", path, body, as(KEYS.alice));
+      expect([answer.status, answer.json().error], path).toEqual([404, expect.stringContaining("ai/missing")]);
+    }
+    const after = await totalOf("alice", "(unknown)");
+    expect([after.requests - before.requests, after.errors - before.errors]).toEqual([missing.length, missing.length]);
+    expect((await usageOf(KEYS.alice, "?model=ai/missing")).data).toEqual([]);
+  });
+
   it("a key without a name is known by a digest of it, never by the key", async () => {
     expect((await post("/v1/chat/completions", chat, KEYS.legacy)()).status).toBe(200);
     const own = await usageOf(KEYS.legacy);

@@ -4,6 +4,7 @@ import { unlessAborted } from "../../http/abort.ts";
 import { readJson } from "../../http/body.ts";
 import { clientGone, HttpError } from "../../http/errors.ts";
 import type { Route } from "../../http/router.ts";
+import { LOCAL_CALLER } from "../../keys/keyring.ts";
 import { counted, infer, type InferenceDeps } from "../../inference/routes.ts";
 import type { Endpoint } from "../../inference/requests.ts";
 import { modelNotFound } from "../../models/errors.ts";
@@ -54,19 +55,28 @@ const CopyBody = z.looseObject({ source: z.string().trim().min(1), destination: 
 /** Management bodies are small. */
 const SMALL_BODY = 64 * 1024;
 
+/**
+ * An inference request as the usage ledger counts it: once handed to `infer`, there (errors
+ * included); refused before (a bad body, an unknown model), here as the other dialects' refusals
+ * are: under the model once found, never under a name sent unchecked (see usage/meter.ts).
+ */
+type Account = { model?: string; handed?: boolean };
+
 export function ollamaRoutes(deps: OllamaDeps): Route[] {
   const { store } = deps;
   const body = <T>(request: Request, schema: z.ZodType<T>, limit = deps.inference.bodyLimit) => readJson(request, limit, schema);
 
   /** The model a request names (a replica that serves only its pinned models refuses others here too). */
-  async function prepare(name: string): Promise<StoredModel> {
+  async function prepare(name: string, account: Account): Promise<StoredModel> {
     const model = await resolveOr404(store, name);
     if (deps.inference.admits && !deps.inference.admits(model.id)) throw modelNotFound(name);
+    account.model = model.tags[0] ?? model.id;
     return model;
   }
 
   /** One request to llama-server through the shared inference path, timed for Ollama's counters. */
-  async function run(request: Request, endpoint: Endpoint, openai: Record<string, unknown>, keep: string | number | undefined, opts: translate.OllamaOptions | undefined) {
+  async function run(request: Request, account: Account, endpoint: Endpoint, openai: Record<string, unknown>, keep: string | number | undefined, opts: translate.OllamaOptions | undefined) {
+    account.handed = true;
     const startedAt = Date.now();
     let loadedAt = startedAt;
     const contextSize = numCtx(opts);
@@ -81,7 +91,8 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   }
 
   /** An empty prompt loads the model (or with keep_alive 0 unloads it): Ollama's load and `ollama stop`. */
-  async function loadOrUnload(model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate", opts: translate.OllamaOptions | undefined) {
+  async function loadOrUnload(account: Account, model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate", opts: translate.OllamaOptions | undefined) {
+    account.handed = true; // no inference: the ledger counts no load, nor its failure
     const base = { model: name, created_at: new Date().toISOString(), ...(kind === "chat" ? { message: { role: "assistant", content: "" } } : { response: "" }), done: true };
     if (keep !== undefined && keepAliveMs(String(keep)) === 0) {
       await deps.inference.scheduler.unload((runner) => runner.modelId === model.id);
@@ -94,23 +105,23 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
     return Response.json({ ...base, done_reason: "load" });
   }
 
-  async function chat(request: Request): Promise<Response> {
+  async function chat(request: Request, account: Account): Promise<Response> {
     const chat = await body(request, ChatBody);
-    const model = await prepare(chat.model);
-    if (!chat.messages?.length) return loadOrUnload(model, chat.model, chat.keep_alive, "chat", chat.options);
+    const model = await prepare(chat.model, account);
+    if (!chat.messages?.length) return loadOrUnload(account, model, chat.model, chat.keep_alive, "chat", chat.options);
     const stream = chat.stream ?? true; // Ollama streams unless told not to
     const openai = translate.chatRequest(chat as translate.OllamaChat, stream);
-    const { response, clock } = await run(request, "chat/completions", openai, chat.keep_alive, chat.options);
+    const { response, clock } = await run(request, account, "chat/completions", openai, chat.keep_alive, chat.options);
     return answer(response, stream, "chat", chat.model, clock);
   }
 
-  async function generate(request: Request): Promise<Response> {
+  async function generate(request: Request, account: Account): Promise<Response> {
     const gen = await body(request, GenerateBody);
-    const model = await prepare(gen.model);
-    if (!gen.prompt && !gen.images?.length) return loadOrUnload(model, gen.model, gen.keep_alive, "generate", gen.options);
+    const model = await prepare(gen.model, account);
+    if (!gen.prompt && !gen.images?.length) return loadOrUnload(account, model, gen.model, gen.keep_alive, "generate", gen.options);
     const stream = gen.stream ?? true;
     const { endpoint, body: openai } = translate.generateRequest(gen as translate.OllamaGenerate, stream);
-    const { response, clock } = await run(request, endpoint, openai, gen.keep_alive, gen.options);
+    const { response, clock } = await run(request, account, endpoint, openai, gen.keep_alive, gen.options);
     return answer(response, stream, "generate", gen.model, clock);
   }
 
@@ -122,21 +133,21 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
     return Response.json(kind === "chat" ? translate.chatAnswer(model, whole, clock()) : translate.generateAnswer(model, whole, clock()));
   }
 
-  async function embed(request: Request): Promise<Response> {
+  async function embed(request: Request, account: Account): Promise<Response> {
     const req = await body(request, EmbedBody);
-    await prepare(req.model);
+    await prepare(req.model, account);
     const openai = { model: req.model, input: req.input, ...(req.dimensions ? { dimensions: req.dimensions } : {}) };
-    const { response, clock } = await run(request, "embeddings", openai, req.keep_alive, req.options);
+    const { response, clock } = await run(request, account, "embeddings", openai, req.keep_alive, req.options);
     if (!response.ok) return errorFromUpstream(response);
     const answer = (await response.json()) as { data: { embedding: number[] }[]; usage?: { prompt_tokens?: number } };
     const { total_duration, load_duration } = translate.counters(undefined, undefined, clock());
     return Response.json({ model: req.model, embeddings: answer.data.map((d) => d.embedding), total_duration, load_duration, prompt_eval_count: answer.usage?.prompt_tokens ?? 0 });
   }
 
-  async function embeddings(request: Request): Promise<Response> {
+  async function embeddings(request: Request, account: Account): Promise<Response> {
     const req = await body(request, EmbeddingsBody);
-    await prepare(req.model);
-    const { response } = await run(request, "embeddings", { model: req.model, input: req.prompt }, req.keep_alive, req.options);
+    await prepare(req.model, account);
+    const { response } = await run(request, account, "embeddings", { model: req.model, input: req.prompt }, req.keep_alive, req.options);
     if (!response.ok) return errorFromUpstream(response);
     const answer = (await response.json()) as { data: { embedding: number[] }[] };
     return Response.json({ embedding: answer.data[0]?.embedding ?? [] });
@@ -202,9 +213,20 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
     return new Response(null, { status: 200 });
   }
 
-  /** Inference routes count in llamadock_requests_total as the other dialects' do, errors included. */
-  const countedAs = (route: string, handle: (request: Request) => Promise<Response>) => (request: Request) =>
-    counted(deps.inference.metrics, route, () => handle(request));
+  /**
+   * Inference routes count in llamadock_requests_total as the other dialects' do, errors included,
+   * and in the usage ledger: a request refused before it was handed to `infer` is counted here.
+   */
+  const countedAs = (route: string, handle: (request: Request, account: Account) => Promise<Response>) => (request: Request) =>
+    counted(deps.inference.metrics, route, async () => {
+      const account: Account = {};
+      try {
+        return await handle(request, account);
+      } catch (error) {
+        if (!account.handed) deps.inference.meter?.refused(deps.inference.identify?.(request) ?? LOCAL_CALLER, account.model);
+        throw error;
+      }
+    });
   const table: [Route["method"], string, (request: Request) => Promise<Response>][] = [
     ["GET", "/api/version", async () => Response.json({ version: deps.version })],
     ["GET", "/api/tags", tags],
