@@ -7,5 +7,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 180_000,
     reporters: ["default", "./test/support/summary-reporter.ts"],
+    // The run's own TMPDIR; the run fails if tests leave their temporary folders there.
+    globalSetup: ["./test/support/temp-guard.ts"],
   },
 });

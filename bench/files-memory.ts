@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startRunnerService } from "../test/inference/harness.ts";
 import type { Registry } from "../test/support/registry.ts";
-import type { RuntimeName } from "../test/support/server-process.ts";
+import type { RuntimeName, ServerProcess } from "../test/support/server-process.ts";
 
 // What OpenAI Files cost the server's memory: the model runner (as `npm start` runs it, under Bun
 // unless another runtime is named) takes a chunked upload of BENCH_FILE_GIB (5) GiB, generated as
@@ -88,14 +88,15 @@ async function download(url: URL, id: string): Promise<{ bytes: number; digest: 
 }
 
 const dir = await mkdtemp(join(tmpdir(), "llamadock-bench-files-"));
-await writeFile(join(dir, "keys"), `${KEY} name=bench\n`);
-const registry = { host: "127.0.0.1:9" } as Registry; // no model is pulled
-const server = await startRunnerService(runtime, dir, registry, {
-  API_KEYS_FILE: join(dir, "keys"),
-  FILE_MAX_BYTES: `${Math.ceil(gib) + 1}GiB`,
-  KEY_MAX_FILE_BYTES: `${Math.ceil(gib) + 1}GiB`,
-});
+let server: ServerProcess | undefined;
 try {
+  await writeFile(join(dir, "keys"), `${KEY} name=bench\n`);
+  const registry = { host: "127.0.0.1:9" } as Registry; // no model is pulled
+  server = await startRunnerService(runtime, dir, registry, {
+    API_KEYS_FILE: join(dir, "keys"),
+    FILE_MAX_BYTES: `${Math.ceil(gib) + 1}GiB`,
+    KEY_MAX_FILE_BYTES: `${Math.ceil(gib) + 1}GiB`,
+  });
   const url = new URL(/model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!);
   await (await fetch(new URL("/v1/files", url), { headers: { authorization: `Bearer ${KEY}` } })).arrayBuffer();
   await new Promise((resolve) => setTimeout(resolve, 2_000));
@@ -119,6 +120,6 @@ try {
   console.log(`  download ${downloadS.toFixed(1)} s (${(mib(total) / downloadS).toFixed(0)} MiB/s), RSS peak ${mib(downloadPeak).toFixed(1)} MiB`);
   console.log(`  RSS idle ${mib(idle).toFixed(1)} MiB, peak ${mib(peak).toFixed(1)} MiB, after ${mib(after).toFixed(1)} MiB; peak/idle ${(peak / idle).toFixed(2)}`);
 } finally {
-  await server.stop(5_000);
+  await server?.stop(5_000);
   await rm(dir, { recursive: true, force: true });
 }

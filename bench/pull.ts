@@ -218,15 +218,16 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
 
 async function main() {
   const dir = await mkdtemp(join(tmpdir(), "llamadock-bench-pull-"));
-  const registry = await startRegistry();
+  let registry: Registry | undefined;
   try {
+    registry = await startRegistry();
     const blob = await writeBigModel(join(dir, "model.gguf"));
     const pushed = await pushModel(registry, "ai/big", "latest", blob);
     await rm(blob.path);
     if (runtimes.length > 0) await uncapped(registry, pushed.ggufDigest, blob.size, dir);
     await capped(registry.url, pushed.ggufDigest, blob.size, dir);
   } finally {
-    await registry.stop();
+    await registry?.stop();
     await rm(dir, { recursive: true, force: true });
   }
 }

@@ -304,14 +304,15 @@ const rssMiB = async (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(await readFil
 async function idleRss(runtime: RuntimeName, entry?: string): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), "llamadock-rss-"));
   const registry = { host: "127.0.0.1:9" } as Parameters<typeof startRunnerService>[2]; // never called
-  const server = await startRunnerService(runtime, dir, registry, {}, entry);
+  let server: ServerProcess | undefined;
   try {
+    server = await startRunnerService(runtime, dir, registry, {}, entry);
     const url = addressOf(server, /model runner service listening on (http:\/\/[\d.]+:\d+)/);
     await (await fetch(`${url}/models`)).arrayBuffer();
     await new Promise((resolve) => setTimeout(resolve, 2_000));
     return await rssMiB(server.pid);
   } finally {
-    await server.stop(5_000);
+    await server?.stop(5_000);
     await rm(dir, { recursive: true, force: true });
   }
 }

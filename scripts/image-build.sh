@@ -25,6 +25,9 @@ make_local_base() {
   podman_log "making the base image $LOCAL_BASE with mmdebstrap (Debian bookworm, minbase)"
   local tar
   tar="$(mktemp -d "${TMPDIR:-/tmp}/llamadock-base.XXXXXX")"
+  # Removed on the way out too when a step fails (set -e); expanded now, as $tar is local.
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tar'" EXIT
   as_root mmdebstrap --quiet --variant=minbase \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
@@ -36,6 +39,7 @@ make_local_base() {
     "deb $DEBIAN_MIRROR/debian-security bookworm-security main" >&2
   podman import --change 'CMD ["/bin/bash"]' "$tar/base.tar" "$LOCAL_BASE" >/dev/null
   rm -rf "$tar"
+  trap - EXIT
 }
 
 # A cold build compiles llama.cpp for minutes on every core: at a lower priority, whatever else runs

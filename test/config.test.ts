@@ -1,4 +1,7 @@
-import { describe, expect, it } from "vitest";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { ConfigError, loadConfig } from "../src/config.ts";
 
 describe("config", () => {
@@ -72,11 +75,10 @@ describe("security settings", () => {
     expect(loadConfig({ RUNNER_HOST: "0.0.0.0", SERVICES: "album" }, []).services).toEqual(["album"]);
   });
 
-  it("reads keys from API_KEYS_FILE, one a line, and says when it cannot", async () => {
-    const { mkdtempSync, writeFileSync } = await import("node:fs");
-    const { join } = await import("node:path");
-    const { tmpdir } = await import("node:os");
-    const file = join(mkdtempSync(join(tmpdir(), "keys-")), "keys");
+  it("reads keys from API_KEYS_FILE, one a line, and says when it cannot", () => {
+    const dir = mkdtempSync(join(tmpdir(), "llamadock-keys-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, "keys");
     writeFileSync(file, "# team keys\nalpha\n\n beta \n");
     expect(loadConfig({ API_KEYS: "gamma", API_KEYS_FILE: file }, []).security.apiKeys).toEqual(["gamma", "alpha", "beta"]);
     expect(() => loadConfig({ API_KEYS_FILE: `${file}.missing` }, [])).toThrow(/cannot read API_KEYS_FILE/);

@@ -18,9 +18,12 @@ beforeEach(async () => {
   dir = await mkdtemp(join(tmpdir(), "llamadock-batches-"));
 });
 afterEach(async () => {
-  await Promise.all(engines.splice(0).map((e) => e.stop(0)));
-  // A batch may still be writing as its engine stops without grace: retried until it is done.
-  await rm(dir, { recursive: true, force: true, maxRetries: 5 });
+  try {
+    await Promise.all(engines.splice(0).map((e) => e.stop(0)));
+  } finally {
+    // A batch may still be writing as its engine stops without grace: retried until it is done.
+    await rm(dir, { recursive: true, force: true, maxRetries: 5 });
+  }
 });
 
 function open(run: RunLine, limits: Partial<BatchLimits> = {}) {

@@ -7,7 +7,7 @@ import { startRunnerService, startStack, type Stack } from "../inference/harness
 import { call, modelApi, pull } from "../models/helpers.ts";
 import { ask } from "../support/http.ts";
 import { MODEL_MEDIA, pushModel, sha256, startRegistry, type Registry } from "../support/registry.ts";
-import type { RuntimeName } from "../support/server-process.ts";
+import type { RuntimeName, ServerProcess } from "../support/server-process.ts";
 import { shardName, tinyLlamaGguf, tinyLlamaShards } from "../support/tiny-gguf.ts";
 import { llamadock } from "./command.ts";
 
@@ -173,8 +173,9 @@ describe("llamadock df, purge", () => {
 describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
   it("loads a packaged archive, pushes it, and purges it", async () => {
     const runDir = await mkdtemp(join(tmpdir(), `llamadock-publish-${runtime}-`));
-    const server = await startRunnerService(runtime, runDir, target, {});
+    let server: ServerProcess | undefined;
     try {
+      server = await startRunnerService(runtime, runDir, target, {});
       const url = /model runner service listening on (http:\/\/[\d.:]+)/.exec(server.output())![1]!;
       const pkg = await packageModel({ weights: [join(dir, "tiny.gguf")] });
       // The server's default registry is the target: names on it leave the host out.
@@ -194,7 +195,7 @@ describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
       const purged = await fetch(`${url}/models/purge`, { method: "DELETE" });
       expect(await purged.json()).toMatchObject({ deleted: [{ id: pkg.artifact.id, tags: [name] }] });
     } finally {
-      await server.stop(10_000);
+      await server?.stop(10_000);
       await rm(runDir, { recursive: true, force: true });
     }
   });

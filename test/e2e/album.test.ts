@@ -156,7 +156,7 @@ describe.each(runtimes)("the album service under %s, stopping", (runtime) => {
 
   beforeAll(async () => {
     photos = await startPhotoService();
-    folder = await mkdtemp(join(tmpdir(), "album-e2e-"));
+    folder = await mkdtemp(join(tmpdir(), "llamadock-album-"));
   });
   afterAll(async () => {
     await photos?.close();

@@ -1,8 +1,8 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, onTestFinished } from "vitest";
 import { checkKeyEntries, createKeyring, KeyFileError, parseKeyFile, parseKeyLine, unnamed, type KeyEntry } from "../../src/keys/keyring.ts";
 import { loadConfig, ConfigError } from "../../src/config.ts";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { commandLine, projectRoot, runtimeBinary } from "../support/server-process.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -80,6 +80,8 @@ describe("whom a request speaks for", () => {
 
 describe("configuration", () => {
   const dir = mkdtempSync(join(tmpdir(), "llamadock-keys-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
   it("API_KEYS and API_KEYS_FILE together; the guard gets the keys alone", () => {
     writeFileSync(join(dir, "keys"), "k-file name=team rpm=3\n");
     const config = loadConfig({ API_KEYS: "k-env", API_KEYS_FILE: join(dir, "keys"), KEY_TOKENS_PER_MINUTE: "50" }, []);
@@ -110,6 +112,7 @@ describe("configuration", () => {
 describe("a real start", () => {
   it("with a key named local in API_KEYS_FILE exits at once, the name on stderr and the key nowhere", () => {
     const dir = mkdtempSync(join(tmpdir(), "llamadock-keys-start-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     writeFileSync(join(dir, "keys"), "sk-real-start-5b1e name=alice\nsk-real-start-9d0c name=local admin\n");
     const run = spawnSync(runtimeBinary("node"), commandLine({ runtime: "node" }), {
       cwd: projectRoot,

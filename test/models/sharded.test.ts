@@ -177,8 +177,9 @@ describe("sharded weights", () => {
 describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
   it("pulls a split model and serves it as the whole one", async () => {
     const own = await mkdtemp(join(tmpdir(), `llamadock-sharded-${runtime}-`));
-    const smoke = await startRunnerService(runtime, own, registry, {});
+    let smoke: ServerProcess | undefined;
     try {
+      smoke = await startRunnerService(runtime, own, registry, {});
       const at = /model runner service listening on (http:\/\/[\d.:]+)/.exec(smoke.output())![1]!;
       for (const from of ["ai/whole", "ai/split"]) {
         const response = await fetch(`${at}/models/create`, { method: "POST", body: JSON.stringify({ from }) });
@@ -192,7 +193,7 @@ describe.each<RuntimeName>(["node", "deno"])("on %s", (runtime) => {
       }
       expect(answers[1]).toBe(answers[0]);
     } finally {
-      await smoke.stop(10_000);
+      await smoke?.stop(10_000);
       await rm(own, { recursive: true, force: true });
     }
   });

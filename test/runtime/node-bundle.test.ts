@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { startRunnerService, startStack } from "../inference/harness.ts";
 import { ask } from "../support/http.ts";
-import { projectRoot, runtimeBinary } from "../support/server-process.ts";
+import { projectRoot, runtimeBinary, type ServerProcess } from "../support/server-process.ts";
 import type { Registry } from "../support/registry.ts";
 
 // `npm run bundle`'s server for Node (dist/node/): it pulls (the hashing workers copied beside it),
@@ -23,14 +23,15 @@ const rssMiB = async (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(await readFil
 
 async function idleRss(entry?: string): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), "llamadock-bundle-"));
-  const server = await startRunnerService("node", dir, { host: "127.0.0.1:9" } as Registry, {}, entry);
+  let server: ServerProcess | undefined;
   try {
+    server = await startRunnerService("node", dir, { host: "127.0.0.1:9" } as Registry, {}, entry);
     const url = /model runner service listening on (http:\/\/[\d.]+:\d+)/.exec(server.output())![1]!;
     expect((await ask({ url }, "GET", "/models")).status).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     return await rssMiB(server.pid);
   } finally {
-    await server.stop(5_000);
+    await server?.stop(5_000);
     await rm(dir, { recursive: true, force: true });
   }
 }

@@ -20,7 +20,7 @@ export interface SidecarWorld {
 export async function sidecarWorld(): Promise<SidecarWorld> {
   const runtime = await detectRuntime();
   const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
-  const dir = await mkdtemp(join(tmpdir(), "sidecar-"));
+  const dir = await mkdtemp(join(tmpdir(), "llamadock-sidecar-"));
   const modelPath = join(dir, "tiny.gguf");
   await writeTinyLlamaGguf(modelPath);
   const runDir = join(dir, "run");

@@ -1,8 +1,23 @@
-import { describe, expect, it } from "vitest";
+import { writeSync } from "node:fs";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
 import { pump, RunnerOutput } from "../../sidecar/output.ts";
 
 // /dev/full fails every write with ENOSPC: a log on a full disk.
 const FULL_DISK = "/dev/full";
+
+let dir: string | undefined;
+/** The path of a log file in a new temporary folder, removed after the test. */
+async function logFile(): Promise<string> {
+  dir = await mkdtemp(join(tmpdir(), "llamadock-output-"));
+  return join(dir, "runner.log");
+}
+afterEach(async () => {
+  if (dir) await rm(dir, { recursive: true, force: true });
+  dir = undefined;
+});
 
 function lines(count: number): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();
@@ -34,11 +49,10 @@ describe("RunnerOutput", () => {
 });
 
 describe("RunnerOutput batching", () => {
-  const read = (path: string) => import("node:fs/promises").then((fs) => fs.readFile(path, "utf8"));
+  const read = (path: string) => readFile(path, "utf8");
 
   it("writes our own lines at once, pumped output within a moment, and all of it, in order, on close", async () => {
-    const dir = await import("node:fs/promises").then((fs) => fs.mkdtemp(`${(process.env.TMPDIR ?? "/tmp").replace(/\/$/, "")}/llamadock-output-`));
-    const path = `${dir}/runner.log`;
+    const path = await logFile();
     const output = new RunnerOutput(path);
     output.write("--- started\n");
     expect(await read(path)).toBe("--- started\n");
@@ -57,10 +71,7 @@ describe("RunnerOutput batching", () => {
 
 describe("RunnerOutput written by the child itself", () => {
   it("reads its tail back from the file, and empties a file past its limit into .1", async () => {
-    const fs = await import("node:fs/promises");
-    const { writeSync } = await import("node:fs");
-    const dir = await fs.mkdtemp(`${(process.env.TMPDIR ?? "/tmp").replace(/\/$/, "")}/llamadock-output-`);
-    const path = `${dir}/runner.log`;
+    const path = await logFile();
     const output = new RunnerOutput(path, { maxBytes: 1000, tailChars: 20, rollCheckMs: 20 });
     output.write("--- started\n");
     output.writtenByChild();
@@ -68,10 +79,10 @@ describe("RunnerOutput written by the child itself", () => {
     writeSync(output.descriptor!, `${"x".repeat(1500)}\nthe last line\n`);
     expect(output.tail()).toBe(`${"x".repeat(1500)}\nthe last line\n`.slice(-20));
     await new Promise((resolve) => setTimeout(resolve, 100));
-    expect((await fs.stat(`${path}.1`)).size).toBeGreaterThan(1000);
-    expect((await fs.stat(path)).size).toBe(0);
+    expect((await stat(`${path}.1`)).size).toBeGreaterThan(1000);
+    expect((await stat(path)).size).toBe(0);
     writeSync(output.descriptor!, "after the roll\n");
-    expect(await fs.readFile(path, "utf8")).toBe("after the roll\n");
+    expect(await readFile(path, "utf8")).toBe("after the roll\n");
     output.close();
     expect(output.tail()).toBe("after the roll\n");
   });

@@ -17,7 +17,7 @@ describe("tiny GGUF writer", () => {
   });
 
   it("parses as a GGUF v3 llama model with its 259-token vocabulary", async () => {
-    const dir = await mkdtemp(join(tmpdir(), "tiny-gguf-"));
+    const dir = await mkdtemp(join(tmpdir(), "llamadock-tiny-gguf-"));
     dirs.push(dir);
     const path = join(dir, "tiny.gguf");
     await writeTinyLlamaGguf(path);

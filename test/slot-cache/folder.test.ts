@@ -8,7 +8,7 @@ import { createSlotFolder, keyHash } from "../../src/slot-cache/folder.ts";
 // byte budget with the least recently used going first, unfinished saves cleaned up.
 
 let dir: string;
-beforeEach(async () => void (dir = await mkdtemp(join(tmpdir(), "slot-folder-"))));
+beforeEach(async () => void (dir = await mkdtemp(join(tmpdir(), "llamadock-slot-folder-"))));
 afterEach(async () => rm(dir, { recursive: true, force: true }));
 
 const key = (model: string) => ({ engine: "v", model, contextSize: 4096, parallel: 1, flags: [] });

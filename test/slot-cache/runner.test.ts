@@ -11,7 +11,7 @@ import type { RunnerProcess, RunnerSpec } from "../../src/scheduler/types.ts";
 // defers the save); the real binary's saves and restores are in test/inference/slot-cache.test.ts.
 
 let dir: string;
-beforeEach(async () => void (dir = await mkdtemp(join(tmpdir(), "slot-runner-"))));
+beforeEach(async () => void (dir = await mkdtemp(join(tmpdir(), "llamadock-slot-runner-"))));
 afterEach(async () => rm(dir, { recursive: true, force: true }));
 
 const spec: RunnerSpec = { name: "m-completion-1", alias: "ai/m:latest", modelPath: "/store/blobs/sha256/abc", mode: "completion", parallel: 1, contextSize: 4096 };

@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { chmod, mkdtemp, readFile, rename, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { env } from "node:process";
@@ -45,23 +45,28 @@ exit 3
 `,
 };
 
-/** A folder holding a build of `kind`, made from the setup's build. */
-export async function makeBuild(kind: BuildKind): Promise<string> {
-  const folder = join(await mkdtemp(join(tmpdir(), `llamadock-engine-${kind}-`)), "bin");
+/** Makes a build of `kind` from the setup's build in `folder` (a new one). */
+async function makeBuild(kind: BuildKind, folder: string): Promise<void> {
   // -a: the libraries' links stay links, as they are in the image.
   execFileSync("cp", ["-a", await builtFolder(), folder]);
-  if (kind === "as-built") return folder;
+  if (kind === "as-built") return;
   await rename(join(folder, "llama-server"), join(folder, "llama-server-real"));
   await writeFile(join(folder, "llama-server"), WRAPPERS[kind]);
   await chmod(join(folder, "llama-server"), 0o755);
-  return folder;
 }
 
 /** Pushes the build of `kind` (changed by `alter`) to the registry as `llamadock/llama-server:<tag>`. */
 export async function publishBuild(registry: Registry, kind: BuildKind, tag: string, alter?: (folder: string) => Promise<void>, layout?: PublishLayout): Promise<Published> {
-  const folder = await makeBuild(kind);
-  await alter?.(folder);
-  return publishEngine(folder, `${registry.host}/llamadock/llama-server:${tag}`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} }, layout);
+  // The build is made in a temporary folder, pushed and removed: a copy of llama.cpp's libraries each.
+  const scratch = await mkdtemp(join(tmpdir(), `llamadock-engine-${kind}-`));
+  try {
+    const folder = join(scratch, "bin");
+    await makeBuild(kind, folder);
+    await alter?.(folder);
+    return await publishEngine(folder, `${registry.host}/llamadock/llama-server:${tag}`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} }, layout);
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
+  }
 }
 
 /** A library of the build made to need a glibc no host has yet (its version needs say GLIBC_2.99). */

@@ -1,7 +1,7 @@
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { openLedger, totals } from "../../src/inference/usage/ledger.ts";
 
 /** The settings' defaults (USAGE_MAX_ROWS, USAGE_KEEP_DAYS). */
@@ -10,9 +10,20 @@ import { tokenCounts } from "../../src/inference/usage/tokens.ts";
 
 // The usage file: counts per day, key and model, written whole under a temporary name and renamed.
 
+const folders: string[] = [];
+/** A new temporary folder, removed after the test. */
+function folder(): string {
+  const dir = mkdtempSync(join(tmpdir(), "llamadock-ledger-"));
+  folders.push(dir);
+  return dir;
+}
+afterEach(() => {
+  for (const dir of folders.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
 describe("the ledger", () => {
   it("adds per day, key and model; writes on flush; reads back", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llamadock-ledger-"));
+    const dir = folder();
     const path = join(dir, "usage.json");
     let day = new Date("2026-01-01T23:59:00Z");
     const ledger = openLedger(path, LEDGER_BOUNDS, () => day);
@@ -36,7 +47,7 @@ describe("the ledger", () => {
   });
 
   it("a file it cannot read is moved aside and counting starts afresh", () => {
-    const dir = mkdtempSync(join(tmpdir(), "llamadock-ledger-"));
+    const dir = folder();
     writeFileSync(join(dir, "usage.json"), "{half");
     expect(openLedger(join(dir, "usage.json"), LEDGER_BOUNDS).rows()).toEqual([]);
     expect(readFileSync(join(dir, "usage.json.unreadable"), "utf8")).toBe("{half");
@@ -55,7 +66,7 @@ describe("the ledger's bounds", () => {
     ["keepDays 1: today only", { maxRows: 10, keepDays: 1 }, [[1, "a", "m"], [1, "b", "m"], [5, "a", "m"]], ["05 a"], { age: 2, rows: 0 }],
   ] as const)("%s", (_name, bounds, adds, left, dropped) => {
     let now = day(1);
-    const ledger = openLedger(join(mkdtempSync(join(tmpdir(), "llamadock-ledger-")), "usage.json"), bounds, () => now);
+    const ledger = openLedger(join(folder(), "usage.json"), bounds, () => now);
     for (const [n, key, model] of adds) {
       now = day(n);
       ledger.add(key, model, { requests: 1 });
@@ -65,7 +76,7 @@ describe("the ledger's bounds", () => {
   });
 
   it("a file read at start is held to the bounds, its oldest days first, and written so", async () => {
-    const path = join(mkdtempSync(join(tmpdir(), "llamadock-ledger-")), "usage.json");
+    const path = join(folder(), "usage.json");
     const row = (d: string, key: string) => ({ day: d, key, model: "m", requests: 1, prompt_tokens: 0, completion_tokens: 0, errors: 0 });
     // Out of order on disk: the oldest is still the first to go.
     writeFileSync(path, JSON.stringify({ version: 1, rows: [row("2026-01-09", "c"), row("2025-01-01", "old"), row("2026-01-08", "b"), row("2026-01-07", "a")] }));
