@@ -211,7 +211,9 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
   function admit(owner: string): void {
     const open = [...batches.values()].filter((b) => b.owner === owner && !FINISHED.includes(b.status)).length;
     if (limits.perKey > 0 && open >= limits.perKey) {
-      throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`);
+      // A place frees when a batch ends (minutes to hours): OpenAI's clients, which retry a 429
+      // within seconds unless told not to, are told not to.
+      throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`, { "x-should-retry": "false" });
     }
   }
 

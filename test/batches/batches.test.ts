@@ -216,6 +216,7 @@ describe("batches through the openai client", () => {
     const refused = await ask({ url: stack.url }, "POST", "/v1/batches", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" }, { authorization: `Bearer ${KEYS.other}` });
     expect(refused.status).toBe(429);
     expect(refused.json()).toEqual({ error: { message: expect.stringContaining("BATCHES_PER_KEY"), type: "rate_limit_error", code: "quota_exceeded" } });
+    expect(refused.headers["x-should-retry"]).toBe("false");
     await expect(client(KEYS.other).batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" })).rejects.toMatchObject({ status: 429, code: "quota_exceeded" });
     // Another key's bound is its own (its batch waits for a turn: cancelled, it ends at once).
     const mine = await submit([chatLine("own")]);
