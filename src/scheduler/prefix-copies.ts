@@ -20,6 +20,11 @@ import { ParkedSlots } from "./parking.ts";
 // it, then copied that request's conversation instead of the start. The save starts as the slot
 // is freed (the leader's end, or the grant of a follower of a free slot), before anyone else can
 // be placed there; a hold lasts milliseconds, the time of one save.
+//
+// Saves of one slot go one at a time (a copy, then a parking of the same slot): llama-server defers
+// a save of a slot still busy (a leader whose client left is cancelled only when llama-server sees
+// the connection closed) and takes back one deferred task per slot it frees, so a second save
+// deferred beside the first would wait for another slot to end.
 
 /** Saves a slot and hands its copy (undefined: the runner cannot copy slots). */
 export type CopySlot = (from: number) => Promise<SlotCopy | undefined>;
@@ -59,7 +64,7 @@ export class PrefixCopies {
     const waitHeld = held && ((signal: AbortSignal) => abortable(held, signal));
     if (where.kind === "any") return waitHeld ? { ready: waitHeld } : {};
     if (where.kind === "own") return { slot: where.slot, ...(waitHeld ? { ready: waitHeld } : {}) };
-    const parked = where.park === undefined ? undefined : this.parked.park(where.slot, where.park);
+    const parked = where.park === undefined ? undefined : this.parked.park(where.slot, where.park, held);
     const { unpark } = where;
     const follow = where.kind === "follow" ? this.follow(where.from, where.slot, unpark !== undefined) : undefined;
     if (!held && !parked && unpark === undefined) return { slot: where.slot, ...(follow ? { ready: follow } : {}) };
@@ -142,9 +147,10 @@ export class PrefixCopies {
     };
   }
 
-  /** Saves slot `from` for followers, and holds it until it is saved. */
+  /** Saves slot `from` for followers (after what holds it already), and holds it until it is saved. */
   private copyOf(from: number): Promise<SlotCopy | undefined> {
-    const copy = this.copySlot!(from).catch(() => undefined);
+    const before = this.holds.get(from);
+    const copy = (before ? before.then(() => this.copySlot!(from)) : this.copySlot!(from)).catch(() => undefined);
     this.hold(from, copy);
     return copy;
   }

@@ -265,6 +265,30 @@ describe("a slot being copied for followers is given to no other request until i
     expect(copies.prepare({ kind: "own", slot: 0 }).ready).toBeUndefined();
   });
 
+  // llama-server takes back one deferred task per slot it frees: a second save of a slot deferred
+  // beside the first would wait for another slot to end.
+  it("saves of one slot go one at a time: the next session's parking of the leader's slot waits for the followers' copy", async () => {
+    const log: string[] = [];
+    let copied = () => {};
+    const copySlot = async (from: number): Promise<SlotCopy> => {
+      log.push(`save ${from}`);
+      await new Promise<void>((resolve) => (copied = resolve));
+      log.push(`saved ${from}`);
+      return { restore: async (slot) => (log.push(`restore ${from}->${slot}`), true), drop: async () => {} };
+    };
+    const copies = new PrefixCopies(copySlot, { park: async (slot, session) => (log.push(`park ${slot} as ${session}`), true), unpark: async () => false });
+    copies.lead(0);
+    const followed = copies.follow(0, 1)(never);
+    copies.ended(0);
+    const next = copies.prepare({ kind: "take", slot: 0, lead: true, park: "a" }).ready!(never);
+    await tick();
+    expect(log).toEqual(["save 0"]);
+    copied();
+    await Promise.all([followed, next]);
+    expect(log.slice(0, 2)).toEqual(["save 0", "saved 0"]);
+    expect(log.slice(2).sort()).toEqual(["park 0 as a", "restore 0->1"]);
+  });
+
   it("a request left to llama-server, which may pick the slot being copied, is sent once the copy is saved", async () => {
     const { lease, send, flow, restored } = runner();
     const first = send(lease(turn("a", "P")), "P a");
