@@ -19,7 +19,7 @@ import { ParkedSlots } from "./parking.ts";
 // leader's slot as the leader ends) could reach llama-server first, and the save, deferred behind
 // it, then copied that request's conversation instead of the start. The save starts as the slot
 // is freed (the leader's end, or the grant of a follower of a free slot), before anyone else can
-// be placed there; a hold lasts milliseconds, the time of one save.
+// be placed there; a hold lasts the time of one save (the start written at disk speed).
 //
 // Saves of one slot go one at a time (a copy, then a parking of the same slot): llama-server defers
 // a save of a slot still busy (a leader whose client left is cancelled only when llama-server sees
