@@ -14,12 +14,13 @@ import { ParkedSlots } from "./parking.ts";
 // start costs seconds to process and milliseconds to restore.
 //
 // The slot being copied is held until it is saved: a request placed on it (or left to
-// llama-server, which may pick it) is sent only then. HTTP does not keep the order of requests
-// sent over different connections, so one sent just after the save (the next session given the
-// leader's slot as the leader ends) could reach llama-server first, and the save, deferred behind
-// it, then copied that request's conversation instead of the start. The save starts as the slot
-// is freed (the leader's end, or the grant of a follower of a free slot), before anyone else can
-// be placed there; a hold lasts the time of one save (the start written at disk speed).
+// llama-server, which may pick it) is sent only then. Sent at once (the next session given the
+// leader's slot as the leader ends), it could run there before the save: HTTP keeps no order
+// between connections, and a save that finds the slot still busy is deferred by llama-server
+// behind what runs there next. The save then copied that request's conversation, not the start,
+// and the followers processed the start again. The save starts as the slot is freed (the leader's
+// end, or the grant of a follower of a free slot), before anyone else can be placed there; a hold
+// lasts the time of one save (the start written at disk speed).
 //
 // Saves of one slot go one at a time (a copy, then a parking of the same slot): llama-server defers
 // a save of a slot still busy (a leader whose client left is cancelled only when llama-server sees
@@ -33,7 +34,7 @@ type Group = {
   /** Settles when the leader's request ended (its slot may then be saved). */
   led: Promise<void>;
   end: () => void;
-  /** The copy, made once for all followers when the first of them asks after the leader ended. */
+  /** The copy, made once for all followers as the leader ends (see `ended`). */
   copy?: Promise<SlotCopy | undefined>;
   /** Followers that have not restored yet: the copy's file goes once none is left. */
   pending: number;
@@ -54,9 +55,10 @@ export class PrefixCopies {
   }
 
   /**
-   * The slot of a placed request and what is done before it is sent: the conversation it
-   * displaces parked (started now: the slot is free), then its own parked conversation restored,
-   * else the copy of its start it follows. Leaders are marked by the caller (`lead`).
+   * The slot of a placed request and what is done before it is sent: a copy of that slot being
+   * saved first (see `hold`), the conversation it displaces parked (started now, or after that
+   * copy: the slot is free), then its own parked conversation restored, else the copy of its start
+   * it follows. Leaders are marked by the caller (`lead`).
    */
   prepare(where: Placement): LeaseSlot {
     // Left to llama-server, a request may land on any idle slot: it waits for every copy being saved.
