@@ -17,10 +17,14 @@ export class ParkedSlots {
     this.parking = parking;
   }
 
-  /** Saves `slot`, which holds `session`'s conversation, at once (the slot is free); settles once it is done or failed. */
-  park(slot: number, session: string): Promise<void> {
-    if (!this.parking) return Promise.resolve();
-    const saved = this.parking.park(slot, session).catch(() => false);
+  /**
+   * Saves `slot`, which holds `session`'s conversation, at once (the slot is free), or once `after`
+   * settles (another save of the slot: see prefix-copies.ts); settles once it is done or failed.
+   */
+  park(slot: number, session: string, after?: Promise<unknown>): Promise<void> {
+    const parking = this.parking;
+    if (!parking) return Promise.resolve();
+    const saved = (after ? after.then(() => parking.park(slot, session)) : parking.park(slot, session)).catch(() => false);
     this.saves.delete(session);
     this.saves.set(session, saved);
     if (this.saves.size > MAX_PARKED_SESSIONS) this.saves.delete(this.saves.keys().next().value!);

@@ -61,9 +61,9 @@ export class SessionSlots {
     this.#inUse++;
     return createLease(process, died, watchdog, () => {
       this.#inUse--;
-      this.table.release(where, Date.now());
-      // A leader's followers may copy its slot now.
+      // A leader's followers copy its slot now, held from whoever `released` grants it to next.
       if (where.kind === "take" && where.lead) this.copies?.ended(where.slot);
+      this.table.release(where, Date.now());
       released();
     }, this.leaseSlot(where));
   }
@@ -85,8 +85,7 @@ export class SessionSlots {
   }
 
   private leaseSlot(where: Placement): LeaseSlot {
-    if (where.kind === "any") return {};
     if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
-    return this.copies?.prepare(where) ?? { slot: where.slot };
+    return this.copies?.prepare(where) ?? (where.kind === "any" ? {} : { slot: where.slot });
   }
 }

@@ -1,8 +1,9 @@
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "./harness.ts";
-import { ask } from "../support/http.ts";
+import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
+import { ask, openStream } from "../support/http.ts";
+import { until } from "../support/until.ts";
 
 // Agent sessions sharing a runner, end to end: the server under Bun, the tiny chat model (a BPE
 // vocabulary of about one token per byte, a ChatML template) from a real registry, one real
@@ -26,11 +27,11 @@ afterAll(async () => {
 const system = (agent: string) => `You are ${agent}, a coding agent.\n${Array.from({ length: 120 }, (_, i) => `Rule ${i}: read the files before you change them.`).join("\n")}`;
 const TOOLS = [{ type: "function", function: { name: "read_file", description: "Reads a file.", parameters: { type: "object", properties: { path: { type: "string" } } } } }];
 type Message = { role: string; content: string };
-type Timings = { prompt_n: number; cache_n: number };
+type Timings = { prompt_n: number; cache_n: number; predicted_n: number };
 
 /** One turn of a session: its messages so far after the agent's start, the session named as OpenAI's `user`. */
-async function turn(agent: string, session: string, messages: Message[]): Promise<Timings> {
-  const body = { model: "ai/agent", messages: [{ role: "system", content: system(agent) }, ...messages], tools: TOOLS, user: session, max_tokens: 2, temperature: 0 };
+async function turn(agent: string, session: string, messages: Message[], reply: object = { max_tokens: 2 }): Promise<Timings> {
+  const body = { model: "ai/agent", messages: [{ role: "system", content: system(agent) }, ...messages], tools: TOOLS, user: session, temperature: 0, ...reply };
   const answer = await ask({ url: stack.url }, "POST", "/v1/chat/completions", body);
   expect(answer.status, answer.body).toBe(200);
   return answer.json().timings as Timings;
@@ -72,6 +73,59 @@ describe("agent sessions sharing a runner", () => {
     // The first processes the start; each of the others only its own task, after a copy of the first's slot.
     expect(processed.reduce((a, b) => a + b, 0), `prompt_n of each: ${processed.join(", ")}`).toBeLessThan(1.1 * start);
     expect(opened.filter((t) => t.cache_n > 4000), JSON.stringify(opened)).toHaveLength(SLOTS - 1);
+  });
+
+  /** The runner's requests holding a slot (`in_flight`) or waiting for one (`queue_depth`), from /metrics. */
+  async function gauge(family: "requests_in_flight" | "queue_depth"): Promise<number> {
+    const metrics = (await ask({ url: stack.url }, "GET", "/metrics")).body;
+    return Number(new RegExp(`llamadock_${family}\\{model="[^"]*ai/agent:latest",mode="completion"\\} (\\d+)`).exec(metrics)?.[1]);
+  }
+
+  // The slot being copied is held until it is saved (src/scheduler/prefix-copies.ts): the session
+  // given the leader's slot as the leader ends is sent once the followers' save is done.
+  it("the leader's slot handed to a waiting session as the leader ends: its followers still copy the start, and that session goes on", async () => {
+    // The leader answers at length, so that its followers take the other slots and a session of
+    // another agent waits for one before it ends; the waiting session is then given its slot.
+    const leading = turn("eta", "lead", [{ role: "user", content: "Refactor the parser." }], { max_tokens: 300, ...NO_EARLY_STOP });
+    await until(async () => (await gauge("requests_in_flight")) === 1, "the leader on its slot");
+    const following = ["Add a test for the lexer.", "Explain the build script."].map((task, i) => turn("eta", `follow-${i}`, [{ role: "user", content: task }]));
+    await until(async () => (await gauge("requests_in_flight")) === SLOTS, "its followers on the other slots");
+    const waiting = turn("theta", "next", [{ role: "user", content: "Write the changelog." }]);
+    await until(async () => (await gauge("queue_depth")) === 1, "a session waiting for a slot");
+    const [lead, ...followers] = await Promise.all([leading, ...following]);
+    const next = await waiting;
+    expect(lead!.predicted_n).toBe(300);
+    expect(lead!.prompt_n).toBeGreaterThan(4000);
+    for (const follower of followers) {
+      expect(follower.cache_n, JSON.stringify(followers)).toBeGreaterThan(4000);
+      expect(follower.prompt_n, JSON.stringify(followers)).toBeLessThan(60);
+    }
+    // Its own start, which no slot held.
+    expect(next.prompt_n).toBeGreaterThan(4000);
+  });
+
+  // Regression: a leader whose client leaves is cancelled by llama-server only once it sees the
+  // connection closed, so the saves of its slot that follow find it busy and are deferred, and
+  // llama-server takes back one deferred task per slot it frees. The parking of that slot for the
+  // session given it went first, that session's request was sent and ran there, and the
+  // followers' save, deferred behind it, copied its conversation instead of the start: a follower
+  // processed the start again (not on every run: it depends on which save reached llama-server first).
+  it("a leader whose client leaves while it answers: its followers copy its slot once llama-server lets it go, and the session given that slot goes on", async () => {
+    const body = { model: "ai/agent", messages: [{ role: "system", content: system("iota") }, { role: "user", content: "Refactor the parser." }], tools: TOOLS, user: "left", temperature: 0, max_tokens: 4000, ...NO_EARLY_STOP, stream: true };
+    const leader = openStream({ url: stack.url }, "/v1/chat/completions", body, 2);
+    await leader.started;
+    const following = ["Add a test for the lexer.", "Explain the build script."].map((task, i) => turn("iota", `left-${i}`, [{ role: "user", content: task }]));
+    await until(async () => (await gauge("requests_in_flight")) === SLOTS, "its followers on the other slots");
+    const waiting = turn("kappa", "after-left", [{ role: "user", content: "Write the changelog." }]);
+    await until(async () => (await gauge("queue_depth")) === 1, "a session waiting for a slot");
+    expect(leader.text(), "the leader answering still").not.toContain("[DONE]");
+    leader.hangUp();
+    const followers = await Promise.all(following);
+    for (const follower of followers) {
+      expect(follower.cache_n, JSON.stringify(followers)).toBeGreaterThan(4000);
+      expect(follower.prompt_n, JSON.stringify(followers)).toBeLessThan(60);
+    }
+    expect((await waiting).prompt_n).toBeGreaterThan(4000);
   });
 });
 
