@@ -44,7 +44,7 @@ export type SlotRun = {
   key: string | undefined;
 };
 
-type Worker = { runner: RunnerCalls; slot?: number; release(): void };
+type Worker = { runner: RunnerCalls; slot?: number; ready: Promise<void>; release(): void };
 
 /** The answers in question order, the tokens they took, and how many of the runner's slots asked them. */
 export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ answers: Answer[]; usage: Usage; slots: number }> {
@@ -56,6 +56,7 @@ export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ an
   try {
     const lead = worker(run, first, stop.signal);
     workers.push(lead);
+    await lead.ready;
     const queue = await questionQueue(lead.runner, ask);
     lead.slot = (await queue.askNext(lead))?.slot;
     await seed(run, ask, { lead, extra, queue, workers, stop: stop.signal });
@@ -121,6 +122,7 @@ async function seed(run: SlotRun, ask: Ask, { lead, extra, queue, workers, stop 
     if (!lease) return;
     const seeded: Worker = { ...worker(run, lease, stop), slot };
     workers.push(seeded);
+    await seeded.ready;
     await clearSlot(seeded.runner, slot);
     const asked = await queue.askNext(seeded);
     const fromCache = (asked?.timings?.cache_n ?? 0) + SEAM_TOKENS >= inputTokens;
@@ -128,12 +130,17 @@ async function seed(run: SlotRun, ask: Ask, { lead, extra, queue, workers, stop 
   }
 }
 
-/** A leased runner's calls under the request's signals; released once. */
+/**
+ * A leased runner's calls under the request's signals; released once. `ready`: what the scheduler
+ * has the runner do before this lease's requests are sent (a slot being copied for agent sessions
+ * is saved first: see src/scheduler/prefix-copies.ts).
+ */
 function worker(run: SlotRun, lease: Lease, stop: AbortSignal): Worker {
   const call = anySignal([run.request.signal, lease.died, stop]);
-  lease.sending(false);
+  const ready = Promise.resolve(lease.ready?.(call.signal)).then(() => lease.sending(false));
   return {
     runner: runnerCalls(lease, call.signal, run.model, run.request.signal, run.key),
+    ready,
     release: () => (call.dispose(), lease.release()),
   };
 }
