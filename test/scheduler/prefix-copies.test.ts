@@ -4,7 +4,7 @@ import type { SlotCopy, SlotParking } from "../../src/scheduler/types.ts";
 
 // The copies followers restore, against a recording fake of the runner's slot save and restore.
 
-function recorder(parks: { saves?: boolean; restores?: boolean } = {}) {
+function recorder(parks: { saves?: boolean; restores?: boolean; before?: string[] } = {}) {
   const log: string[] = [];
   let saving: (() => void) | undefined;
   const parking: SlotParking = {
@@ -15,6 +15,7 @@ function recorder(parks: { saves?: boolean; restores?: boolean } = {}) {
       return parks.saves ?? true;
     },
     unpark: async (session, slot) => (log.push(`unpark ${session}->${slot}`), parks.restores ?? true),
+    keeps: (session) => (parks.before ?? []).includes(session),
   };
   const copySlot = async (from: number): Promise<SlotCopy> => {
     log.push(`save ${from}`);
