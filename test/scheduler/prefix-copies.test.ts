@@ -116,6 +116,19 @@ describe("parking, before a placed request is sent", () => {
     expect(log).toEqual(["park 0 as a", "parked a"]);
   });
 
+  it("a session parked before the runner loaded (a restart) is unparked at once, with no save of this runner's to wait for", async () => {
+    const { log, copies } = recorder({ before: ["a"] });
+    expect(await copies.prepare({ kind: "follow", slot: 1, from: 0, unpark: "a" }).ready!(never)).toBe(true);
+    expect(log).toEqual(["unpark a->1"]);
+  });
+
+  it("a session neither this runner nor an earlier one parked is not unparked: the copy of its start", async () => {
+    const { log, copies } = recorder({ before: ["b"] });
+    expect(await copies.prepare({ kind: "follow", slot: 1, from: 0, unpark: "a" }).ready!(never)).toBe(true);
+    await tick();
+    expect(log).toEqual(["save 0", "restore 0->1", "drop 0"]);
+  });
+
   it("a runner without parking: the copy as before", async () => {
     const log: string[] = [];
     const copies = new PrefixCopies(async (from) => (log.push(`save ${from}`), { restore: async () => true, drop: async () => {} }));
