@@ -14,6 +14,8 @@
 // restore a slot named by `id_slot` from its host prompt cache). So the displaced conversation is
 // saved first (parked, under its session's name, which is per key), and a session whose slot was
 // given away gets its parked conversation restored into the slot it is given (prefix-copies.ts).
+// Parked files outlive the runner: one loaded after a restart or a reload knows the sessions its
+// predecessors of the same model and settings parked (`recall`), and unparks them the same way.
 //
 // Decisions are pure (`placement`, table-tested); `SlotTable` keeps the state they are made from,
 // changed only by `place` and `release`, in the runner's single synchronous step of a grant.
@@ -61,7 +63,7 @@ export type Placement =
  * given up that holds another session's conversation parks it; a parked session unparks its own.
  * (The copy of the start stays in the placement: it is what is done when the unpark fails.)
  */
-export function placement(slots: readonly SlotState[], ask: Ask, leading: ReadonlyMap<string, number>, parked: ReadonlySet<string> = new Set()): Placement {
+export function placement(slots: readonly SlotState[], ask: Ask, leading: ReadonlyMap<string, number>, parked: Pick<ReadonlySet<string>, "has"> = new Set()): Placement {
   if (ask.session === undefined) return { kind: "any" };
   const own = slots.findIndex((s) => s.session === ask.session);
   if (own >= 0) return slots[own]!.busy ? { kind: "any" } : { kind: "own", slot: own };
@@ -81,7 +83,7 @@ export function placement(slots: readonly SlotState[], ask: Ask, leading: Readon
   return { kind: "take", slot, lead: true, ...moves };
 }
 
-/** Sessions remembered as parked per runner: past this, the longest parked is forgotten (its file ages out of the folder). */
+/** Sessions remembered as parked per runner: past this, the longest parked is forgotten (its file ages out of the folder, unless a later runner finds it). */
 export const MAX_PARKED_SESSIONS = 1024;
 
 /** The slots of one runner as its grants and releases leave them. */
@@ -93,14 +95,22 @@ export class SlotTable {
   private readonly leads = new Map<number, string>();
   /** Sessions whose slot was given away, longest parked first (a Set keeps insertion order). */
   private readonly parked = new Set<string>();
+  /** Sessions parked before this runner loaded (a restart, a reload), as the slot-cache folder holds them. */
+  private parkedBefore: (session: string) => boolean = () => false;
 
   constructor(count: number) {
     this.slots = Array.from({ length: count }, () => ({ busy: false, usedAt: 0 }));
   }
 
+  /** Sessions parked by an earlier runner of the same model and settings are parked here too. */
+  recall(parkedBefore: (session: string) => boolean): void {
+    this.parkedBefore = parkedBefore;
+  }
+
   /** Places a request and marks its slot busy; the slot now holds the session's conversation. */
   place(ask: Ask, now: number): Placement {
-    const where = placement(this.slots, ask, this.leading, this.parked);
+    const parked = { has: (session: string) => this.parked.has(session) || this.parkedBefore(session) };
+    const where = placement(this.slots, ask, this.leading, parked);
     if (where.kind === "any") return where;
     if (where.kind !== "own") this.moved(ask.session!, where);
     // A session moved: the slot it held is no longer its own (its conversation is overwritten there in time).

@@ -31,6 +31,7 @@ export class SessionSlots {
   /** The process is up: its slots can be copied from now on. */
   loaded(process: RunnerProcess): void {
     this.copies = new PrefixCopies(process.copySlot && ((from) => process.copySlot!(from)), process.parking);
+    if (process.parking) this.table.recall((session) => process.parking!.keeps(session));
   }
 
   /** A request asks for a slot (placed ones of a session keep llama-server's queue empty a while). */

@@ -26,6 +26,8 @@ export interface RunnerProcess {
 
 /** Conversations parked by session name (per key: a name is never another key's). */
 export interface SlotParking {
+  /** Whether `session`'s conversation was parked before this runner loaded (by a runner of the same model, build and settings). */
+  keeps(session: string): boolean;
   /** Saves `slot`'s conversation as `session`'s (false: not saved). */
   park(slot: number, session: string): Promise<boolean>;
   /** Restores `session`'s parked conversation into `slot`, and removes it (false: none, or refused). */

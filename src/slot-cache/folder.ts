@@ -10,7 +10,8 @@ import { join } from "node:path";
 // all three match, so a file from other settings, truncated or corrupt is never loaded: it is
 // removed. The folder keeps to a byte budget; the least recently used entries go first. Parked
 // conversations (src/slot-cache/parking.ts) are entries too, named for their session, not a slot
-// (`<key hash>-p<session hash>`): a loading runner never restores them, the budget counts them.
+// (`<key hash>-p<session hash>`): a loading runner never restores them into slots, but lists those
+// of its key (`parked`), so that a session parked before a restart or reload gets its own back.
 
 /** Everything that changes what a slot's cache means: the model's bytes, the engine, the settings. */
 export type CacheKey = Record<string, unknown>;
@@ -32,6 +33,8 @@ export type SlotFolder = {
   holders(key: CacheKey, slot: EntryName): Promise<string[] | undefined>;
   /** The file name of a sound entry for this key and slot (marked used), or undefined; an unsound one is removed. */
   checkout(key: CacheKey, slot: EntryName): Promise<string | undefined>;
+  /** The parked sessions' entries of this key now in the folder (with their metadata: saved whole). */
+  parked(key: CacheKey): Promise<Set<`p${string}`>>;
   /** A save that did not end in time: its file is left to the next prune. */
   abandon(file: string): void;
   /** Removes a file saved for a moment only (a slot copied into others: see copy.ts), never made an entry. */
@@ -154,6 +157,12 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
     async holders(key, slot) {
       const meta = await readFile(join(dir, `${base(key, slot)}.json`), "utf8").then((text) => JSON.parse(text) as Meta, () => undefined);
       return meta?.holders;
+    },
+    async parked(key) {
+      const prefix = `${keyHash(key)}-p`;
+      const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.startsWith(prefix) && n.endsWith(".json"));
+      // Only the name is read here; a checkout still checks the entry against the key, size and digest.
+      return new Set(names.map((n) => n.slice(prefix.length - 1, -".json".length) as `p${string}`));
     },
     abandon: (file) => void writing.delete(file),
     async drop(file) {

@@ -9,14 +9,24 @@ import { trySlotAction } from "./slot-api.ts";
 // then removed (it is in a slot again; displaced once more, it is saved afresh). Entries count in
 // the folder's budget, least recently used dropped first. Session names come from the slot table,
 // which names each within its key: an entry is never restored for another key's request.
+//
+// The entry's name is all it takes to find it again: the key's hash (model, engine build, context,
+// slots, cache flags: see runner.ts's cacheKey) and the session's digest. So a runner that loads
+// after a restart or a reload lists the entries its key's runners parked (`earlier`), and a session
+// among them gets its conversation back as if this runner had parked it; the checkout still checks
+// the entry's key, size and digest, and a file another key, build or setting saved is never found.
 
 /** The entry of a session: a digest, so that a client's name never reaches a path. */
 const entryOf = (session: string): EntryName => `p${createHash("sha256").update(session).digest("hex").slice(0, 32)}`;
 
-export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: CacheKey, name: string, log: (line: string) => void): SlotParking {
+/** `earlier`: the entries of this key parked before this runner loaded (see folder.ts's `parked`). */
+export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: CacheKey, name: string, log: (line: string) => void, earlier = new Set<EntryName>()): SlotParking {
   return {
+    keeps: (session) => earlier.size > 0 && earlier.has(entryOf(session)),
     async park(slot, session) {
       const entry = entryOf(session);
+      // Parked afresh: this runner knows it from now on.
+      earlier.delete(entry);
       const file = folder.saving(key, entry);
       const saved = await trySlotAction(runner, slot, "save", file);
       if (!saved.ok) {
@@ -29,9 +39,10 @@ export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: Cach
     },
     async unpark(session, slot) {
       const entry = entryOf(session);
+      earlier.delete(entry);
       const file = await folder.checkout(key, entry);
       if (!file) {
-        log(`slot cache: ${name}: a parked conversation is gone (past the folder's budget): its session processes it again`);
+        log(`slot cache: ${name}: a parked conversation is gone (dropped for the folder's budget, or unsound): its session processes it again`);
         return false;
       }
       const restored = await trySlotAction(runner, slot, "restore", file);

@@ -1,4 +1,4 @@
-import { readdir, stat } from "node:fs/promises";
+import { readdir, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "./harness.ts";
@@ -30,9 +30,9 @@ type Message = { role: string; content: string };
 type Timings = { prompt_n: number; cache_n: number; predicted_n: number };
 
 /** One turn of a session: its messages so far after the agent's start, the session named as OpenAI's `user`. */
-async function turn(agent: string, session: string, messages: Message[], reply: object = { max_tokens: 2 }): Promise<Timings> {
+async function turn(agent: string, session: string, messages: Message[], reply: object = { max_tokens: 2 }, headers?: Record<string, string>): Promise<Timings> {
   const body = { model: "ai/agent", messages: [{ role: "system", content: system(agent) }, ...messages], tools: TOOLS, user: session, temperature: 0, ...reply };
-  const answer = await ask({ url: stack.url }, "POST", "/v1/chat/completions", body);
+  const answer = await ask({ url: stack.url }, "POST", "/v1/chat/completions", body, headers);
   expect(answer.status, answer.body).toBe(200);
   return answer.json().timings as Timings;
 }
@@ -129,18 +129,22 @@ describe("agent sessions sharing a runner", () => {
   });
 });
 
-describe("more sessions than slots (K = 2x the slots): parking", () => {
-  /** Each session's own long history (a file it read, its own): what it would process again on a slot that lost it. */
-  const history = (session: string) => `Fix the failing test in ${session}.ts, please. It reads:\n${Array.from({ length: 30 }, (_, i) => `export const ${session}${i} = parse(input${i});`).join("\n")}`;
-  const sessions = (tag: string) => Array.from({ length: 2 * SLOTS }, (_, i) => `${tag}-${i}`);
-  const second = (session: string) => [{ role: "user", content: history(session) }, { role: "assistant", content: "I read it." }, { role: "user", content: "Now run the tests." }];
+/** Each session's own long history (a file it read, its own): what it would process again on a slot that lost it. */
+const history = (session: string) => `Fix the failing test in ${session}.ts, please. It reads:\n${Array.from({ length: 30 }, (_, i) => `export const ${session}${i} = parse(input${i});`).join("\n")}`;
+const second = (session: string) => [{ role: "user", content: history(session) }, { role: "assistant", content: "I read it." }, { role: "user", content: "Now run the tests." }];
 
-  /** Parked entries in the slot-cache folder (named for a session, not a slot), with their sizes. */
-  async function parked(): Promise<number[]> {
-    const folder = join(stack.dir, "models", "slot-cache");
-    const names = (await readdir(folder)).filter((name) => /-p[0-9a-f]{32}\.bin$/.test(name));
-    return Promise.all(names.map(async (name) => (await stat(join(folder, name))).size));
-  }
+const folderPath = () => join(stack.dir, "models", "slot-cache");
+
+/** Parked entries in the slot-cache folder (named for a session, not a slot), with their sizes. */
+async function parked(): Promise<number[]> {
+  const folder = folderPath();
+  // No runner loaded yet: no folder.
+  const names = (await readdir(folder).catch(() => [] as string[])).filter((name) => /-p[0-9a-f]{32}\.bin$/.test(name));
+  return Promise.all(names.map(async (name) => (await stat(join(folder, name))).size));
+}
+
+describe("more sessions than slots (K = 2x the slots): parking", () => {
+  const sessions = (tag: string) => Array.from({ length: 2 * SLOTS }, (_, i) => `${tag}-${i}`);
 
   /** Every session's first turn, then every session's second, one request at a time: each second turn finds its slot given away. */
   async function twoTurns(agent: string, tag: string) {
@@ -172,5 +176,85 @@ describe("more sessions than slots (K = 2x the slots): parking", () => {
     expect(whileParked.length - before).toBe(0);
     const own = history("unparked-0").length / 2; // about one token per byte: well below a history's tokens
     expect(again.filter((t) => t.prompt_n > own), JSON.stringify(again)).toHaveLength(2 * SLOTS);
+  });
+});
+
+describe("parked sessions across a restart and a reload", () => {
+  /** First turns of SLOTS + `count` sessions, one at a time: the first `count` are parked, by the last ones. */
+  async function parkFirst(agent: string, tag: string, headers?: Record<string, string>, count = 1) {
+    const before = (await parked()).length;
+    const first: Timings[] = [];
+    for (let i = 0; i < SLOTS + count; i++) first.push(await turn(agent, `${tag}-${i}`, [{ role: "user", content: history(`${tag}-${i}`) }], undefined, headers));
+    expect((await parked()).length - before, "entries parked by the first turns").toBe(count);
+    return first[0]!;
+  }
+  /** Processed only its new tokens: its whole conversation (the first turn's prompt) came from its restored slot. */
+  const onlyNew = (t: Timings, first: Pick<Timings, "prompt_n" | "cache_n">) => {
+    expect(t.prompt_n, JSON.stringify(t)).toBeLessThan(60);
+    expect(t.cache_n).toBeGreaterThanOrEqual(first.prompt_n + first.cache_n);
+  };
+
+  it("a session parked before a restart, or before its runner's reload, processes only its new tokens when it comes back", async () => {
+    await stack.restart(); // parking on again, after the test above turned it off
+    const first = await parkFirst("zeta", "restart");
+    await stack.restart();
+    const before = (await parked()).length;
+    const again = await turn("zeta", "restart-0", second("restart-0"));
+    onlyNew(again, first);
+    expect(await parked(), "the restored entry leaves the folder").toHaveLength(before - 1);
+    // Parked again (by three new sessions), then its runner unloaded and loaded again.
+    for (let i = SLOTS + 1; i <= 2 * SLOTS; i++) await turn("zeta", `restart-${i}`, [{ role: "user", content: history(`restart-${i}`) }]);
+    expect(await parked()).toHaveLength(before);
+    expect((await ask({ url: stack.url }, "POST", "/engines/unload", { all: true })).status).toBe(200);
+    const third = [...second("restart-0"), { role: "assistant", content: "They pass." }, { role: "user", content: "Commit it." }];
+    onlyNew(await turn("zeta", "restart-0", third), { prompt_n: again.prompt_n + again.cache_n, cache_n: 0 });
+  });
+
+  it("a session parked under one key is never restored for another key naming it, before or after a restart", async () => {
+    const keys = join(stack.dir, "agent-keys");
+    await writeFile(keys, "sk-alice-park-53 name=alice admin\nsk-bob-park-59 name=bob\n");
+    await stack.restart({ API_KEYS_FILE: keys });
+    const alice = { authorization: "Bearer sk-alice-park-53" };
+    const bob = { authorization: "Bearer sk-bob-park-59" };
+    const first = await parkFirst("eta", "keyed", alice);
+    // Bob names alice's parked session and sends her conversation: he processes it, as a new session would.
+    const own = history("keyed-0").length / 2; // about one token per byte: well below its tokens
+    const guessed = await turn("eta", "keyed-0", second("keyed-0"), undefined, bob);
+    expect(guessed.prompt_n, JSON.stringify(guessed)).toBeGreaterThan(own);
+    await stack.restart({ API_KEYS_FILE: keys });
+    const entries = (await parked()).length;
+    const after = await turn("eta", "keyed-0", second("keyed-0"), undefined, bob);
+    expect(after.prompt_n, JSON.stringify(after)).toBeGreaterThan(own);
+    expect(await parked(), "alice's entry is still there").toHaveLength(entries);
+    // Alice's own session gets it back.
+    onlyNew(await turn("eta", "keyed-0", second("keyed-0"), undefined, alice), first);
+    expect(await parked()).toHaveLength(entries - 1);
+  });
+
+  it("a parked file that is damaged, or was saved with another KV cache type, is not restored: its session processes its history again, answered", async () => {
+    await stack.restart(); // no keys again
+    const names = async () => (await readdir(folderPath())).filter((name) => /-p[0-9a-f]{32}\.bin$/.test(name));
+    const before = new Set(await names());
+    await parkFirst("theta", "moved", undefined, 2);
+    // Parked in turn: moved-0's entry first, then moved-1's.
+    const fresh = (await names()).filter((name) => !before.has(name));
+    const [saved0, saved1] = await Promise.all(fresh.map(async (name) => ({ name, at: (await stat(join(folderPath(), name))).mtimeMs }))).then((all) => all.sort((a, b) => a.at - b.at).map((e) => e.name));
+    const own = history("moved-0").length / 2;
+    // Damaged: same size, other bytes in the middle of its KV data.
+    const bytes = await readFile(join(folderPath(), saved1!));
+    bytes.fill(0x5a, bytes.length >> 1, (bytes.length >> 1) + 4096);
+    await writeFile(join(folderPath(), saved1!), bytes);
+    await stack.restart();
+    const damaged = await turn("theta", "moved-1", second("moved-1"));
+    expect(damaged.prompt_n, JSON.stringify(damaged)).toBeGreaterThan(own);
+    expect(stack.server.output()).toMatch(/slot cache: \S+-p[0-9a-f]{32}\.bin does not match its runner or is damaged: removed/);
+    expect(stack.server.output()).toMatch(/slot cache: \S+: a parked conversation is gone \(dropped for the folder's budget, or unsound\): its session processes it again/);
+    expect(await names()).not.toContain(saved1);
+    // Another KV cache type: the runner loaded with it never finds the file its predecessor parked.
+    const configured = await ask({ url: stack.url }, "POST", "/engines/_configure", { model: "ai/agent", "runtime-flags": ["--cache-type-k", "f32"] });
+    expect(configured.status, configured.body).toBe(202);
+    const other = await turn("theta", "moved-0", second("moved-0"));
+    expect(other.prompt_n, JSON.stringify(other)).toBeGreaterThan(own);
+    expect(await names(), "left for a runner of its own settings").toContain(saved0);
   });
 });

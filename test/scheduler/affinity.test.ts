@@ -104,6 +104,13 @@ describe("the slot table", () => {
     ]);
   });
 
+  it("a session parked before the runner loaded (a restart, a reload) unparks where it is placed; others do not", () => {
+    const table = new SlotTable(2);
+    table.recall((session) => session === "a");
+    expect(table.place({ session: "b", prefix: "p" }, 1)).toEqual({ kind: "take", slot: 0, lead: true });
+    expect(table.place({ session: "a", prefix: "p" }, 2)).toEqual({ kind: "follow", slot: 1, from: 0, unpark: "a" });
+  });
+
   it("a session placed again is no longer parked: its next move onto another slot copies, not unparks", () => {
     const table = new SlotTable(1);
     table.release(table.place({ session: "a", prefix: "p" }, 1), 1);

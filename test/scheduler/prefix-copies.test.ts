@@ -7,7 +7,7 @@ import type { RunnerProcess, SlotCopy, SlotParking } from "../../src/scheduler/t
 
 // The copies followers restore, against a recording fake of the runner's slot save and restore.
 
-function recorder(parks: { saves?: boolean; restores?: boolean } = {}) {
+function recorder(parks: { saves?: boolean; restores?: boolean; before?: string[] } = {}) {
   const log: string[] = [];
   let saving: (() => void) | undefined;
   const parking: SlotParking = {
@@ -18,6 +18,7 @@ function recorder(parks: { saves?: boolean; restores?: boolean } = {}) {
       return parks.saves ?? true;
     },
     unpark: async (session, slot) => (log.push(`unpark ${session}->${slot}`), parks.restores ?? true),
+    keeps: (session) => (parks.before ?? []).includes(session),
   };
   const copySlot = async (from: number): Promise<SlotCopy> => {
     log.push(`save ${from}`);
@@ -116,6 +117,19 @@ describe("parking, before a placed request is sent", () => {
     saved();
     expect(await copies.prepare({ kind: "take", slot: 1, lead: false, unpark: "a" }).ready!(never)).toBe(false);
     expect(log).toEqual(["park 0 as a", "parked a"]);
+  });
+
+  it("a session parked before the runner loaded (a restart) is unparked at once, with no save of this runner's to wait for", async () => {
+    const { log, copies } = recorder({ before: ["a"] });
+    expect(await copies.prepare({ kind: "follow", slot: 1, from: 0, unpark: "a" }).ready!(never)).toBe(true);
+    expect(log).toEqual(["unpark a->1"]);
+  });
+
+  it("a session neither this runner nor an earlier one parked is not unparked: the copy of its start", async () => {
+    const { log, copies } = recorder({ before: ["b"] });
+    expect(await copies.prepare({ kind: "follow", slot: 1, from: 0, unpark: "a" }).ready!(never)).toBe(true);
+    await tick();
+    expect(log).toEqual(["save 0", "restore 0->1", "drop 0"]);
   });
 
   it("a runner without parking: the copy as before", async () => {
@@ -276,7 +290,7 @@ describe("a slot being copied for followers is given to no other request until i
       log.push(`saved ${from}`);
       return { restore: async (slot) => (log.push(`restore ${from}->${slot}`), true), drop: async () => {} };
     };
-    const copies = new PrefixCopies(copySlot, { park: async (slot, session) => (log.push(`park ${slot} as ${session}`), true), unpark: async () => false });
+    const copies = new PrefixCopies(copySlot, { park: async (slot, session) => (log.push(`park ${slot} as ${session}`), true), unpark: async () => false, keeps: () => false });
     copies.lead(0);
     const followed = copies.follow(0, 1)(never);
     copies.ended(0);

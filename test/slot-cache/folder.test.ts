@@ -2,7 +2,7 @@ import { mkdtemp, readdir, rename, rm, utimes, writeFile } from "node:fs/promise
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createSlotFolder, keyHash } from "../../src/slot-cache/folder.ts";
+import { createSlotFolder, keyHash, type CacheKey } from "../../src/slot-cache/folder.ts";
 
 // The folder of saved slot caches on a real disk: entries handed back only when sound, kept to a
 // byte budget with the least recently used going first, unfinished saves cleaned up.
@@ -62,6 +62,26 @@ describe("slot folder", () => {
     }
     expect(await folder.checkout(key("a"), 0)).toBeUndefined();
     expect(await readdir(dir)).toEqual([]);
+  });
+
+  it("lists the parked entries of a key, found again by a folder made afresh (a restart), and no other key's or slot's", async () => {
+    const first = createSlotFolder(dir, 1 << 20);
+    const park = async (k: CacheKey, entry: `p${string}`) => {
+      const file = first.saving(k, entry);
+      await writeFile(join(dir, file), new Uint8Array(100));
+      await first.commit(file, k, entry, 10);
+    };
+    await park(key("a"), "p01");
+    await park(key("a"), "p02");
+    await park({ ...key("a"), flags: ["--cache-type-k", "q8_0"] }, "p03");
+    await park(key("b"), "p04");
+    await saved(first, "a", 100);
+    // A save still being written (no metadata yet) is not an entry.
+    await writeFile(join(dir, `${keyHash(key("a"))}-p05.bin`), new Uint8Array(100));
+    const again = createSlotFolder(dir, 1 << 20);
+    expect([...(await again.parked(key("a")))].sort()).toEqual(["p01", "p02"]);
+    expect([...(await again.parked({ ...key("a"), engine: "w" }))]).toEqual([]);
+    expect(await again.checkout(key("a"), "p01")).toBe(`${keyHash(key("a"))}-p01.bin`);
   });
 
   it("removes saves left unfinished long ago, not one being written", async () => {
