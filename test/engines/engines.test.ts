@@ -6,12 +6,15 @@ import { ask, openStream } from "../support/http.ts";
 import { until } from "../support/until.ts";
 import { needingNewGlibc, publishBuild, tamperBlob } from "../support/engine-builds.ts";
 import { llamadock } from "../cli/command.ts";
+import { smallFilesystem } from "../support/small-filesystem.ts";
 
 // Engines end to end: llama.cpp builds published to a real registry (the setup's llama-server, and
 // the same binary behind wrappers that play other releases), pulled by the server, chosen per model
 // and as the default, runners moved to a new build with a request in flight, flags spelled for each
 // build, and what must be refused refused: a tampered layer, a build needing a newer glibc, a
-// setting a build lacks.
+// setting a build lacks, a pull its store's filesystem cannot hold.
+
+const MiB = 1024 * 1024;
 
 type Ps = { model_name: string; state: string; engine: string; engine_version?: string; in_flight: number }[];
 type Event = { kind: string; engine: string; model?: string; message: string };
@@ -224,6 +227,36 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect(purged.json()).toMatchObject({ engines_removed: [], removed_files: expect.any(Number) });
     expect(purged.json().freed_bytes).toBeGreaterThanOrEqual(100_000);
     expect((await readdir(join(stack.dir, "models", "engines"))).filter((f) => f.startsWith(".incoming"))).toEqual([]);
+  });
+  it("refuses with 507 a pull the engine store's filesystem cannot hold (a 1 MiB tmpfs), by every way in, keeping nothing", async (context) => {
+    const small = await smallFilesystem(MiB, (why) => context.skip(why));
+    const engines = join(small.path, "engines");
+    const refusal = { type: "server_error", code: "insufficient_storage", message: expect.stringMatching(/^not enough free space to pull .*llamadock\/llama-server:v1: it needs [\d.]+MiB more, the engine store has [\d.]+(KiB|MiB) free$/) };
+    try {
+      // The build's default pulled on first use: the launch that needs it is refused.
+      await stack.restart({ ENGINES_PATH: engines, LLAMA_SERVER_VERSION: refs.v1! });
+      const launch = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"));
+      expect(launch.status, launch.body).toBe(507);
+      expect(launch.json().error).toMatchObject(refusal);
+      await stack.restart({ ENGINES_PATH: engines });
+      const pulled = await http.ask("POST", "/engines/builds", { reference: refs.v1! });
+      expect(pulled.status, pulled.body).toBe(507);
+      expect(pulled.json().error).toMatchObject(refusal);
+      const installed = await http.ask("POST", "/engines/install-backend", { backend: "llama.cpp", reference: refs.v1! });
+      expect(installed.status, installed.body).toBe(507);
+      expect(installed.json().error).toMatchObject(refusal);
+      const cli = await llamadock(["--host", stack.url, "engine", "pull", refs.v1!], {});
+      expect(cli.code).not.toBe(0);
+      expect(cli.stderr).toMatch(/not enough free space to pull .*: it needs [\d.]+MiB more, the engine store has/);
+      // Nothing fetched into the store, and the server still serves.
+      expect(await readdir(engines).catch(() => [] as string[])).toEqual([]);
+      const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string }[] };
+      expect(builds.map((b) => b.name)).toEqual(["builtin"]);
+      expect((await http.events()).filter((e) => e.kind === "pull_failed")).toHaveLength(3);
+    } finally {
+      await stack.restart();
+      await small.close();
+    }
   });
 });
 
