@@ -3,7 +3,7 @@ import { open, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { env } from "node:process";
 import { describeBuild } from "../../sidecar/index.ts";
-import { unsupportedArtifact, upstreamFailure } from "../models/errors.ts";
+import { insufficientStorage, unsupportedArtifact, upstreamFailure } from "../models/errors.ts";
 import { parseReference } from "../models/reference.ts";
 import { refuseWithoutRoom } from "../models/store/room.ts";
 import { openRepository, type Descriptor, type RegistryOptions } from "../models/registry/client.ts";
@@ -87,6 +87,8 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
     return { record, stored: await incoming.commit(record) };
   } catch (error) {
     await incoming.discard();
+    // The layers' bytes fitted, what they unpack to did not (a gzip layer unpacks larger).
+    if ((error as NodeJS.ErrnoException).code === "ENOSPC") throw insufficientStorage(`the engine store's disk filled while pulling ${reference.key}: nothing of it is kept`);
     throw error;
   }
 }

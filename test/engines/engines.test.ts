@@ -1,5 +1,7 @@
-import { mkdir, readdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { publishEngine } from "../../src/engines/publish.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
 import { ask, openStream } from "../support/http.ts";
@@ -253,6 +255,14 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
       const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string }[] };
       expect(builds.map((b) => b.name)).toEqual(["builtin"]);
       expect((await http.events()).filter((e) => e.kind === "pull_failed")).toHaveLength(3);
+      // A layer that fits but unpacks larger than the room left (4 MiB of zeros, gzipped) fills the disk while unpacking: 507 too.
+      const scratch = await mkdtemp(join(tmpdir(), "llamadock-engine-zeros-"));
+      await writeFile(join(scratch, "llama-server"), "#!/bin/sh\nexit 1\n", { mode: 0o755 });
+      await writeFile(join(scratch, "libzeros.so"), new Uint8Array(4 * MiB));
+      const zeros = await publishEngine(scratch, `${stack.registry.host}/llamadock/llama-server:zeros`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} }).finally(() => rm(scratch, { recursive: true, force: true }));
+      const filled = await http.ask("POST", "/engines/builds", { reference: zeros.reference });
+      expect(filled.status, filled.body).toBe(507);
+      expect(filled.json().error).toMatchObject({ code: "insufficient_storage", message: expect.stringMatching(/^the engine store's disk filled while pulling .*:zeros: nothing of it is kept$/) });
     } finally {
       await stack.restart();
       await small.close();
