@@ -92,6 +92,8 @@ const psEntry = (r: RunnerInfo) => ({
   // The llama.cpp build it runs.
   engine: r.engine?.name ?? "builtin",
   ...(r.engine ? { engine_version: r.engine.version } : {}),
+  // Its move to another build failed: it serves on the old one, and a request tries again from retry_at.
+  ...(r.failedMove ? { engine_move_failed: { engine: r.failedMove.engine, message: r.failedMove.why, tries: r.failedMove.tries, retry_at: new Date(r.failedMove.retryAt).toISOString() } } : {}),
   ...(r.contextSize !== undefined ? { context_size: r.contextSize } : {}),
   // The slots share the context: a request gets context_size / slots (llama-server's --parallel).
   ...(r.slots !== undefined ? { slots: r.slots } : {}),

@@ -41,8 +41,9 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
   let http: ReturnType<typeof api>;
   const refs: Record<string, string> = {};
   beforeAll(async () => {
-    // Room for a runner on the new build beside the old ones: without it, the old one retires when idle instead.
-    stack = await startStack({ models: ["ai/tiny", "ai/other"], env: { INFERENCE_MAX_TOKENS: "1000000", INFERENCE_MAX_RUNNERS: "4" } });
+    // Room for a runner on the new build beside the old ones: without it, the old one retires when idle
+    // instead. A failed move is tried again by the next request, without a wait.
+    stack = await startStack({ models: ["ai/tiny", "ai/other"], env: { INFERENCE_MAX_TOKENS: "1000000", INFERENCE_MAX_RUNNERS: "4", ENGINE_MOVE_RETRY: "0" } });
     http = api(stack);
     refs.v1 = (await publishBuild(stack.registry, "as-built", "v1")).reference;
     refs.v2 = (await publishBuild(stack.registry, "renamed", "v2")).reference;
@@ -147,16 +148,32 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect((await http.configure({ model: "ai/other", "runtime-flags": ["--swa-full"] })).status).toBe(202);
   });
 
-  it("keeps the old build serving when the new one fails to load, and says why", async () => {
+  it("keeps the old build serving when the new one fails to load, says so in ps, and tries again on a later request until a fixed build takes over", async () => {
     expect((await http.ask("POST", "/engines/builds", { reference: refs.broken! })).status).toBe(201);
     expect((await http.configure({ model: "ai/tiny", engine: "broken" })).status).toBe(202);
-    await until(async () => (await http.events()).some((e) => e.kind === "upgrade_failed"), "the failed move");
-    const failed = (await http.events()).find((e) => e.kind === "upgrade_failed")!;
-    expect(failed.message).toMatch(/stays on v2: broken failed to load/);
+    const failures = async () => (await http.events()).filter((e) => e.kind === "upgrade_failed" && e.model === "ai/tiny:latest");
+    await until(async () => (await failures()).length === 1, "the failed move");
+    expect((await failures())[0]!.message).toMatch(/stays on v2: broken failed to load/);
     expect(stack.server.output()).toMatch(/engine upgrade_failed: ai\/tiny:latest/);
-    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v2", state: "ready" });
+    const tiny = async () => (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest") as (Ps[number] & { engine_move_failed?: { engine: string; message: string; tries: number; retry_at: string } })[];
+    // ps says which build it runs, and which it failed to move to, and why.
+    expect(await tiny()).toEqual([expect.objectContaining({ engine: "v2", state: "ready", engine_move_failed: { engine: "broken", message: expect.any(String), tries: 1, retry_at: expect.any(String) } })]);
+    // A request is served by the old build, and tries the move again (ENGINE_MOVE_RETRY=0: at once).
     expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    await until(async () => (await failures()).length === 2, "the move tried again");
+    await until(async () => (await tiny())[0]?.engine_move_failed?.tries === 2, "ps to count the second failure");
+    // The build is published again, fixed, under the same tag: the next request's try moves the model to it.
+    const brokenRecord = (await http.ask("GET", "/engines/builds")).json().builds.find((b: { name: string }) => b.name === "broken");
+    await publishBuild(stack.registry, "as-built", "broken", (folder) => writeFile(join(folder, "NOTES"), "fixed"));
+    const fixed = await http.ask("POST", "/engines/builds", { reference: refs.broken! });
+    expect(fixed.status, fixed.body).toBe(201);
+    expect((await http.ask("DELETE", `/engines/builds/${brokenRecord.digest}`)).status).toBe(200);
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    await until(async () => (await http.events()).some((e) => e.kind === "upgraded" && e.model === "ai/tiny:latest" && e.engine === "broken"), "the move to the fixed build");
+    await until(async () => (await tiny()).map((r) => `${r.engine} ${r.state}`).join() === "broken ready", "ai/tiny on the fixed build alone");
+    expect((await tiny())[0]!.engine_move_failed).toBeUndefined();
     expect((await http.configure({ model: "ai/tiny", engine: "v2" })).status).toBe(202);
+    await until(async () => (await tiny()).map((r) => `${r.engine} ${r.state}`).join() === "v2 ready", "ai/tiny back on v2 alone");
   });
 
   it("moves the runners of models without their own engine when the default changes, and will not remove a build in use", async () => {
