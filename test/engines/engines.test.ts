@@ -177,6 +177,10 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
   });
 
   it("moves the runners of models without their own engine when the default changes, and will not remove a build in use", async () => {
+    // "default" follows the default in a model's settings; as the default itself it is refused, naming what is taken.
+    const selfNamed = await http.ask("POST", "/engines/builds/default", { name: "default" });
+    expect(selfNamed.status).toBe(400);
+    expect(selfNamed.json().error).toMatchObject({ type: "invalid_request_error", code: "invalid_engine", message: expect.stringMatching(/tag, reference or digest, or "builtin"; null goes back/) });
     const used = await http.ask("POST", "/engines/builds/default", { name: "v1" });
     expect(used.json()).toMatchObject({ default: "v1" });
     await until(async () => (await http.ps()).some((r) => r.model_name === "ai/other:latest" && r.engine === "v1" && r.state === "ready"), "ai/other on v1");
