@@ -162,6 +162,8 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
     await until(async () => (await failures()).length === 2, "the move tried again");
     await until(async () => (await tiny())[0]?.engine_move_failed?.tries === 2, "ps to count the second failure");
+    const status = (await http.ask("GET", "/engines/status?runners")).json() as { runners: { model: string; engine: string; engine_move_failed?: { engine: string } }[] };
+    expect(status.runners.find((r) => r.model === "ai/tiny:latest")).toMatchObject({ engine: "v2", engine_move_failed: { engine: "broken" } });
     // The build is published again, fixed, under the same tag: the next request's try moves the model to it.
     const brokenRecord = (await http.ask("GET", "/engines/builds")).json().builds.find((b: { name: string }) => b.name === "broken");
     await publishBuild(stack.registry, "as-built", "broken", (folder) => writeFile(join(folder, "NOTES"), "fixed"));
