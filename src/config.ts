@@ -58,6 +58,7 @@ function toConfig(s: SettingValues) {
       threads: s.INFERENCE_THREADS,
       keepAlive: s.INFERENCE_KEEP_ALIVE,
       batchEvictAfterMs: s.INFERENCE_BATCH_EVICT_AFTER,
+      engineMoveRetryMs: s.ENGINE_MOVE_RETRY,
       bodyLimit: s.INFERENCE_BODY_LIMIT,
       allowRemoteMedia: s.ALLOW_REMOTE_MEDIA,
       responsesStore: { maxEntries: s.RESPONSES_STORE_SIZE, maxBytes: s.RESPONSES_STORE_MAX_BYTES, maxAgeMs: s.RESPONSES_STORE_TTL_MS },

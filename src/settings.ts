@@ -172,6 +172,7 @@ export const Settings = z.object({
   // runners use unless `engine use` or a model's settings chose another: a build's tag, reference or
   // digest, a llama.cpp version (`b6100`: its server image, pulled at start), or `builtin`.
   ENGINES_PATH: z.string().min(1).optional(),
+  ENGINE_MOVE_RETRY: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "1m" or "0"').refine((v) => !v.startsWith("-"), 'a duration like "1m" or "0", never -1').default("1m").transform(keepAliveMs),
   ENGINE_DEFAULT: z.string().trim().regex(/^[\x21-\x7e]{1,300}$/, "an engine's tag, reference, digest or llama.cpp version").optional(),
   // A replica of an inference pool: these models (comma-separated) are pulled if missing, loaded at
   // start, never unloaded, and readiness waits for them; other models get 404 unless allowed.

@@ -3,8 +3,9 @@ import { open, readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { env } from "node:process";
 import { describeBuild } from "../../sidecar/index.ts";
-import { unsupportedArtifact, upstreamFailure } from "../models/errors.ts";
+import { insufficientStorage, unsupportedArtifact, upstreamFailure } from "../models/errors.ts";
 import { parseReference } from "../models/reference.ts";
+import { refuseWithoutRoom } from "../models/store/room.ts";
 import { openRepository, type Descriptor, type RegistryOptions } from "../models/registry/client.ts";
 import type { Runtime } from "../runtime/types.ts";
 import { badRequest } from "../http/errors.ts";
@@ -16,8 +17,8 @@ import { LAYER_TYPES, markExecutable, unpackLayer, type Modes } from "./unpack.t
 // A pull of an engine image, through the registry client the models use: the manifest, then each
 // layer streamed to a file while its digest and size are checked, then unpacked (unpack.ts); the
 // layout finds llama-server, the host's C library is checked against what the build needs, and
-// only then is the build run, once, for its `--version` and `--help`. A failure at any step
-// leaves nothing in the store.
+// only then is the build run, once, for its `--version` and `--help`. A pull the store's
+// filesystem cannot hold is refused first (507). A failure at any step leaves nothing in the store.
 
 /** The build a pull ended with, and whether this pull put it in the store (not there already). */
 export type Pulled = { record: EngineRecord; stored: boolean };
@@ -47,6 +48,9 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
   if (size > ENGINE_MAX_BYTES) throw unsupportedArtifact(`${reference.key} holds ${size} bytes, more than an engine may (${ENGINE_MAX_BYTES})`);
   const unknown = manifest.layers.find((l) => !LAYER_TYPES.includes(l.mediaType));
   if (unknown) throw unsupportedArtifact(`${reference.key} has a layer of type ${unknown.mediaType}: an engine image's layers are tar files, plain or gzip`);
+  // A layer is downloaded whole, then unpacked (at least as large) and removed: the layers' bytes
+  // are the least the pull needs. Refused before a byte is fetched, as a model pull is.
+  refuseWithoutRoom(reference.key, size, await deps.store.freeSpace(), "engine store");
   const incoming = await deps.store.incoming();
   try {
     const image = join(incoming.dir, "image");
@@ -83,6 +87,8 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
     return { record, stored: await incoming.commit(record) };
   } catch (error) {
     await incoming.discard();
+    // The layers' bytes fitted, what they unpack to did not (a gzip layer unpacks larger).
+    if ((error as NodeJS.ErrnoException).code === "ENOSPC") throw insufficientStorage(`the engine store's disk filled while pulling ${reference.key}: nothing of it is kept`);
     throw error;
   }
 }

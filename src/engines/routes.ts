@@ -82,6 +82,8 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
 
   async function use(request: Request): Promise<Response> {
     const { name } = await readJson(request, UseBody);
+    // In a model's settings `default` means "follow the default"; as the default itself it would name nothing.
+    if (name === "default") throw badRequest("invalid_engine", 'the default engine is a pulled build\'s tag, reference or digest, or "builtin"; null goes back to the configured one (ENGINE_DEFAULT). "default" names a build only in a model\'s settings (it follows this one)');
     const chosen = await engines.use(name === null ? undefined : checkName(name));
     const moving = moveRunners(await withoutOwnEngine());
     return Response.json({ default: chosen.name, version: chosen.version, runners_moving: moving });

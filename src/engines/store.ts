@@ -2,7 +2,7 @@ import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promise
 import { join } from "node:path";
 import * as z from "zod";
 import type { EngineBuild } from "../../sidecar/index.ts";
-import { folderBytes, writeFileAtomic } from "../models/store/files.ts";
+import { folderBytes, freeSpace, writeFileAtomic } from "../models/store/files.ts";
 import { badRequest, HttpError } from "../http/errors.ts";
 
 // The engine store: llama.cpp builds side by side, each in a folder named by its manifest's digest
@@ -119,6 +119,8 @@ export function openEngineStore(root: string) {
       return { files, bytes };
     },
     bytes: () => folderBytes(root),
+    /** Free bytes on the store's filesystem (undefined when unknown), as the model store measures its own. */
+    freeSpace: () => freeSpace(root),
     async defaultName(): Promise<string | undefined> {
       return (await readJsonFile(join(root, "default.json"), DefaultChoice))?.name;
     },

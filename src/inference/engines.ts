@@ -77,6 +77,13 @@ const MANAGEMENT_BODY_LIMIT = 100 * 1024;
 
 const readJson = <T>(request: Request, schema: z.ZodType<T>): Promise<T> => readJsonUpTo(request, MANAGEMENT_BODY_LIMIT, schema);
 
+/** The llama.cpp build a runner runs, and the move to another that failed (it serves on, and a request tries again from retry_at). */
+const engineFields = (r: RunnerInfo) => ({
+  engine: r.engine?.name ?? "builtin",
+  ...(r.engine ? { engine_version: r.engine.version } : {}),
+  ...(r.failedMove ? { engine_move_failed: { engine: r.failedMove.engine, message: r.failedMove.why, tries: r.failedMove.tries, retry_at: new Date(r.failedMove.retryAt).toISOString() } } : {}),
+});
+
 const psEntry = (r: RunnerInfo) => ({
   backend_name: ENGINE,
   model_name: r.model,
@@ -89,9 +96,7 @@ const psEntry = (r: RunnerInfo) => ({
   last_used: new Date(r.lastUsed).toISOString(),
   keep_alive: r.keepAlive,
   threads: r.threads,
-  // The llama.cpp build it runs.
-  engine: r.engine?.name ?? "builtin",
-  ...(r.engine ? { engine_version: r.engine.version } : {}),
+  ...engineFields(r),
   ...(r.contextSize !== undefined ? { context_size: r.contextSize } : {}),
   // The slots share the context: a request gets context_size / slots (llama-server's --parallel).
   ...(r.slots !== undefined ? { slots: r.slots } : {}),
@@ -130,7 +135,7 @@ export function engineRoutes(deps: EngineDeps): Route[] {
     return Response.json({
       [ENGINE]: state,
       ...(asked.has("memory") ? { memory: await memoryStatus() } : {}),
-      ...(asked.has("runners") ? { runners: scheduler.runners().map((r) => ({ model: r.model, mode: r.mode, state: r.state, engine: r.engine?.name ?? "builtin", ...(r.engine ? { engine_version: r.engine.version } : {}) })) } : {}),
+      ...(asked.has("runners") ? { runners: scheduler.runners().map((r) => ({ model: r.model, mode: r.mode, state: r.state, ...engineFields(r) })) } : {}),
     });
   }
 

@@ -64,6 +64,8 @@ export function createInference(
     // A pulled build by its version and digest; the builtin one by its version, as before builds could be chosen.
     start: loads.track(perKey(slotCache ? slotCache.wrap(serving, async (spec) => (spec?.engine?.digest ? `${spec.engine.version} ${spec.engine.digest}` : (await launcher.binary()).version), loads) : serving)),
     engineFor: (_model, modelSettings) => engines.forModel(modelSettings),
+    // A failed move tried again goes through the mover, so that its outcome is told as the first try's.
+    retryMove: (model) => moveRunners((id) => id === model.id),
     settings,
     limits: {
       maxRunners: config.maxRunners,
@@ -73,6 +75,7 @@ export function createInference(
       runnerQueue: config.runnerQueue,
       keepAlive: config.keepAlive,
       batchEvictAfterMs: config.batchEvictAfterMs,
+      engineMoveRetryMs: config.engineMoveRetryMs,
       cpuCores: cpuBudget(),
       ...(config.threads ? { threads: config.threads } : {}),
       watch: config.watch,

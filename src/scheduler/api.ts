@@ -34,6 +34,8 @@ export type SchedulerLimits = {
    * in its estimate; none: llama-server's defaults, uncounted.
    */
   promptCache?: PromptCacheLimits;
+  /** The wait before a failed move to another build is tried again by a request (doubled after each failure); default 1 min. */
+  engineMoveRetryMs?: number;
 };
 
 export type SchedulerDeps = {
@@ -59,6 +61,12 @@ export type SchedulerDeps = {
    * none, or undefined from it: the supervisor's own.
    */
   engineFor?: (model: ModelRef, settings: ModelSettings) => Promise<EngineBuild | undefined>;
+  /**
+   * Tries again, in the background, the move of the model's runner whose move to another build
+   * failed (`upgrade`, with its outcome told as the first try's was): called by a request for the
+   * model once the wait since the failure is over.
+   */
+  retryMove?: (model: ModelRef, mode: Mode) => void;
 };
 
 /**
@@ -98,6 +106,8 @@ export type RunnerInfo = {
   memory?: Sizing["estimate"] & { where: Sizing["where"] };
   /** The llama.cpp build it runs, when one was chosen for it (else the supervisor's own). */
   engine?: { name: string; version: string; digest?: string };
+  /** Its move to another build that failed: that build, why, how many tries failed, from when a request tries again (ms). */
+  failedMove?: { engine: string; why: string; tries: number; retryAt: number };
 };
 
 export interface Scheduler {

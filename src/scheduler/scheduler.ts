@@ -31,12 +31,12 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   const deleting = new Map<string, number>();
   /** Runner key -> what `pin` asked to keep loaded. */
   const pinned = new Map<string, { model: ModelRef; mode: Mode }>();
-  const succession = createSuccession({ active, replace, unload: (r) => void unloadRunner(r), start });
+  const succession = createSuccession({ active, replace, unload: (r) => void unloadRunner(r), start, retryMs: deps.limits.engineMoveRetryMs ?? 60_000 });
   let serial = (deps.firstSerial ?? 1) - 1;
   /** Set by stopAll: no runner starts after it, so none outlives the process. */
   let closed = false;
 
-  const info = (runner: Runner): RunnerInfo => runnerInfo(runner, pinned.has(runner.options.key));
+  const info = (runner: Runner): RunnerInfo => runnerInfo(runner, pinned.has(runner.options.key), succession.failedMove(runner));
 
   const notifyCapacity = room.notify;
 
@@ -118,7 +118,11 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       for (;;) {
         // A loaded runner is used at once (most requests): only a launch needs the settings.
         const existing = loaded();
-        if (existing) return use(existing);
+        if (existing) {
+          // It serves on the old build; the move that failed is tried again beside it.
+          if (deps.retryMove && succession.retryDue(existing)) deps.retryMove(model, mode);
+          return use(existing);
+        }
         // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
         const settings = await deps.settings.get(model.id);
         const engine = await deps.engineFor?.(model, settings);

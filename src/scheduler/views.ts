@@ -1,12 +1,13 @@
 import type { RunnerInfo } from "./api.ts";
 import type { RunnerSnapshot } from "./launch-plan.ts";
+import type { FailedMove } from "./engine-upgrade.ts";
 import type { Runner, RunnerOptions } from "./runner.ts";
 import type { Mode } from "./types.ts";
 
 // A runner as others see it: as listings (and `unload`'s match) do, and as the plans do; and what
 // the runners hold and report together (their memory, their metrics).
 
-export const runnerInfo = (runner: Runner, pinned: boolean): RunnerInfo => ({
+export const runnerInfo = (runner: Runner, pinned: boolean, failedMove?: FailedMove): RunnerInfo => ({
   model: runner.options.model,
   modelId: runner.options.modelId,
   mode: runner.options.mode,
@@ -21,6 +22,7 @@ export const runnerInfo = (runner: Runner, pinned: boolean): RunnerInfo => ({
   ...(runner.options.spec.parallel !== undefined ? { slots: runner.options.spec.parallel } : {}),
   ...(runner.options.memory ? { memory: runner.options.memory } : {}),
   ...engineOf(runner),
+  ...(failedMove ? { failedMove: { ...failedMove } } : {}),
 });
 
 const engineOf = ({ options: { spec } }: Runner) => (spec.engine ? { engine: { name: spec.engine.name, version: spec.engine.version, ...(spec.engine.digest ? { digest: spec.engine.digest } : {}) } } : {});

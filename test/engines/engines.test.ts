@@ -1,17 +1,22 @@
-import { mkdir, readdir, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { publishEngine } from "../../src/engines/publish.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
 import { ask, openStream } from "../support/http.ts";
 import { until } from "../support/until.ts";
 import { needingNewGlibc, publishBuild, tamperBlob } from "../support/engine-builds.ts";
 import { llamadock } from "../cli/command.ts";
+import { smallFilesystem } from "../support/small-filesystem.ts";
 
 // Engines end to end: llama.cpp builds published to a real registry (the setup's llama-server, and
 // the same binary behind wrappers that play other releases), pulled by the server, chosen per model
 // and as the default, runners moved to a new build with a request in flight, flags spelled for each
 // build, and what must be refused refused: a tampered layer, a build needing a newer glibc, a
-// setting a build lacks.
+// setting a build lacks, a pull its store's filesystem cannot hold.
+
+const MiB = 1024 * 1024;
 
 type Ps = { model_name: string; state: string; engine: string; engine_version?: string; in_flight: number }[];
 type Event = { kind: string; engine: string; model?: string; message: string };
@@ -36,8 +41,9 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
   let http: ReturnType<typeof api>;
   const refs: Record<string, string> = {};
   beforeAll(async () => {
-    // Room for a runner on the new build beside the old ones: without it, the old one retires when idle instead.
-    stack = await startStack({ models: ["ai/tiny", "ai/other"], env: { INFERENCE_MAX_TOKENS: "1000000", INFERENCE_MAX_RUNNERS: "4" } });
+    // Room for a runner on the new build beside the old ones: without it, the old one retires when idle
+    // instead. A failed move is tried again by the next request, without a wait.
+    stack = await startStack({ models: ["ai/tiny", "ai/other"], env: { INFERENCE_MAX_TOKENS: "1000000", INFERENCE_MAX_RUNNERS: "4", ENGINE_MOVE_RETRY: "0" } });
     http = api(stack);
     refs.v1 = (await publishBuild(stack.registry, "as-built", "v1")).reference;
     refs.v2 = (await publishBuild(stack.registry, "renamed", "v2")).reference;
@@ -142,19 +148,41 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect((await http.configure({ model: "ai/other", "runtime-flags": ["--swa-full"] })).status).toBe(202);
   });
 
-  it("keeps the old build serving when the new one fails to load, and says why", async () => {
+  it("keeps the old build serving when the new one fails to load, says so in ps, and tries again on a later request until a fixed build takes over", async () => {
     expect((await http.ask("POST", "/engines/builds", { reference: refs.broken! })).status).toBe(201);
     expect((await http.configure({ model: "ai/tiny", engine: "broken" })).status).toBe(202);
-    await until(async () => (await http.events()).some((e) => e.kind === "upgrade_failed"), "the failed move");
-    const failed = (await http.events()).find((e) => e.kind === "upgrade_failed")!;
-    expect(failed.message).toMatch(/stays on v2: broken failed to load/);
+    const failures = async () => (await http.events()).filter((e) => e.kind === "upgrade_failed" && e.model === "ai/tiny:latest");
+    await until(async () => (await failures()).length === 1, "the failed move");
+    expect((await failures())[0]!.message).toMatch(/stays on v2: broken failed to load/);
     expect(stack.server.output()).toMatch(/engine upgrade_failed: ai\/tiny:latest/);
-    expect((await http.ps()).find((r) => r.model_name === "ai/tiny:latest")).toMatchObject({ engine: "v2", state: "ready" });
+    const tiny = async () => (await http.ps()).filter((r) => r.model_name === "ai/tiny:latest") as (Ps[number] & { engine_move_failed?: { engine: string; message: string; tries: number; retry_at: string } })[];
+    // ps says which build it runs, and which it failed to move to, and why.
+    expect(await tiny()).toEqual([expect.objectContaining({ engine: "v2", state: "ready", engine_move_failed: { engine: "broken", message: expect.any(String), tries: 1, retry_at: expect.any(String) } })]);
+    // A request is served by the old build, and tries the move again (ENGINE_MOVE_RETRY=0: at once).
     expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    await until(async () => (await failures()).length === 2, "the move tried again");
+    await until(async () => (await tiny())[0]?.engine_move_failed?.tries === 2, "ps to count the second failure");
+    const status = (await http.ask("GET", "/engines/status?runners")).json() as { runners: { model: string; engine: string; engine_move_failed?: { engine: string } }[] };
+    expect(status.runners.find((r) => r.model === "ai/tiny:latest")).toMatchObject({ engine: "v2", engine_move_failed: { engine: "broken" } });
+    // The build is published again, fixed, under the same tag: the next request's try moves the model to it.
+    const brokenRecord = (await http.ask("GET", "/engines/builds")).json().builds.find((b: { name: string }) => b.name === "broken");
+    await publishBuild(stack.registry, "as-built", "broken", (folder) => writeFile(join(folder, "NOTES"), "fixed"));
+    const fixed = await http.ask("POST", "/engines/builds", { reference: refs.broken! });
+    expect(fixed.status, fixed.body).toBe(201);
+    expect((await http.ask("DELETE", `/engines/builds/${brokenRecord.digest}`)).status).toBe(200);
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/tiny"))).status).toBe(200);
+    await until(async () => (await http.events()).some((e) => e.kind === "upgraded" && e.model === "ai/tiny:latest" && e.engine === "broken"), "the move to the fixed build");
+    await until(async () => (await tiny()).map((r) => `${r.engine} ${r.state}`).join() === "broken ready", "ai/tiny on the fixed build alone");
+    expect((await tiny())[0]!.engine_move_failed).toBeUndefined();
     expect((await http.configure({ model: "ai/tiny", engine: "v2" })).status).toBe(202);
+    await until(async () => (await tiny()).map((r) => `${r.engine} ${r.state}`).join() === "v2 ready", "ai/tiny back on v2 alone");
   });
 
   it("moves the runners of models without their own engine when the default changes, and will not remove a build in use", async () => {
+    // "default" follows the default in a model's settings; as the default itself it is refused, naming what is taken.
+    const selfNamed = await http.ask("POST", "/engines/builds/default", { name: "default" });
+    expect(selfNamed.status).toBe(400);
+    expect(selfNamed.json().error).toMatchObject({ type: "invalid_request_error", code: "invalid_engine", message: expect.stringMatching(/tag, reference or digest, or "builtin"; null goes back/) });
     const used = await http.ask("POST", "/engines/builds/default", { name: "v1" });
     expect(used.json()).toMatchObject({ default: "v1" });
     await until(async () => (await http.ps()).some((r) => r.model_name === "ai/other:latest" && r.engine === "v1" && r.state === "ready"), "ai/other on v1");
@@ -224,6 +252,44 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     expect(purged.json()).toMatchObject({ engines_removed: [], removed_files: expect.any(Number) });
     expect(purged.json().freed_bytes).toBeGreaterThanOrEqual(100_000);
     expect((await readdir(join(stack.dir, "models", "engines"))).filter((f) => f.startsWith(".incoming"))).toEqual([]);
+  });
+  it("refuses with 507 a pull the engine store's filesystem cannot hold (a 1 MiB tmpfs), by every way in, keeping nothing", async (context) => {
+    const small = await smallFilesystem(MiB, (why) => context.skip(why));
+    const engines = join(small.path, "engines");
+    const refusal = { type: "server_error", code: "insufficient_storage", message: expect.stringMatching(/^not enough free space to pull .*llamadock\/llama-server:v1: it needs [\d.]+MiB more, the engine store has [\d.]+(KiB|MiB) free$/) };
+    try {
+      // The build's default pulled on first use: the launch that needs it is refused.
+      await stack.restart({ ENGINES_PATH: engines, LLAMA_SERVER_VERSION: refs.v1! });
+      const launch = await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"));
+      expect(launch.status, launch.body).toBe(507);
+      expect(launch.json().error).toMatchObject(refusal);
+      await stack.restart({ ENGINES_PATH: engines });
+      const pulled = await http.ask("POST", "/engines/builds", { reference: refs.v1! });
+      expect(pulled.status, pulled.body).toBe(507);
+      expect(pulled.json().error).toMatchObject(refusal);
+      const installed = await http.ask("POST", "/engines/install-backend", { backend: "llama.cpp", reference: refs.v1! });
+      expect(installed.status, installed.body).toBe(507);
+      expect(installed.json().error).toMatchObject(refusal);
+      const cli = await llamadock(["--host", stack.url, "engine", "pull", refs.v1!], {});
+      expect(cli.code).not.toBe(0);
+      expect(cli.stderr).toMatch(/not enough free space to pull .*: it needs [\d.]+MiB more, the engine store has/);
+      // Nothing fetched into the store, and the server still serves.
+      expect(await readdir(engines).catch(() => [] as string[])).toEqual([]);
+      const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string }[] };
+      expect(builds.map((b) => b.name)).toEqual(["builtin"]);
+      expect((await http.events()).filter((e) => e.kind === "pull_failed")).toHaveLength(3);
+      // A layer that fits but unpacks larger than the room left (4 MiB of zeros, gzipped) fills the disk while unpacking: 507 too.
+      const scratch = await mkdtemp(join(tmpdir(), "llamadock-engine-zeros-"));
+      await writeFile(join(scratch, "llama-server"), "#!/bin/sh\nexit 1\n", { mode: 0o755 });
+      await writeFile(join(scratch, "libzeros.so"), new Uint8Array(4 * MiB));
+      const zeros = await publishEngine(scratch, `${stack.registry.host}/llamadock/llama-server:zeros`, { fetch: globalThis.fetch.bind(globalThis), insecureHosts: [], credentials: {} }).finally(() => rm(scratch, { recursive: true, force: true }));
+      const filled = await http.ask("POST", "/engines/builds", { reference: zeros.reference });
+      expect(filled.status, filled.body).toBe(507);
+      expect(filled.json().error).toMatchObject({ code: "insufficient_storage", message: expect.stringMatching(/^the engine store's disk filled while pulling .*:zeros: nothing of it is kept$/) });
+    } finally {
+      await stack.restart();
+      await small.close();
+    }
   });
 });
 

@@ -15,11 +15,14 @@ const settings: SettingsStore = { get: async () => ({}), all: async () => ({}), 
 function setup(limits: Partial<SchedulerLimits> = {}) {
   const fake = fakeStarter();
   let wanted = build("v1");
+  /** The failed moves requests asked to try again; each is tried as the mover does, with `upgrade`. */
+  const retries: Promise<unknown>[] = [];
   const scheduler = createScheduler({
     start: fake.start,
     settings,
     limits: { maxRunners: 2, slots: 1, queueDepth: 2, keepAlive: "5m", cpuCores: 4, threads: 1, ...limits },
     engineFor: async () => wanted,
+    retryMove: (model, mode) => void retries.push(scheduler.upgrade(model, mode)),
   });
   const flush = async () => {
     await vi.advanceTimersByTimeAsync(0);
@@ -27,7 +30,7 @@ function setup(limits: Partial<SchedulerLimits> = {}) {
   };
   const want = (name: string) => (wanted = build(name));
   const enginesOf = () => scheduler.runners().map((r) => `${r.engine?.name} ${r.state}`).sort();
-  return { ...fake, scheduler, flush, want, enginesOf };
+  return { ...fake, scheduler, flush, want, enginesOf, retries };
 }
 
 describe("moving a runner to another build", () => {
@@ -75,6 +78,51 @@ describe("moving a runner to another build", () => {
     expect(t.enginesOf()).toEqual(["v1 ready"]);
     (await t.scheduler.acquire(A, "completion")).release();
     expect(t.started).toHaveLength(1);
+  });
+
+  it("shows a failed move on the runner left serving, and a request tries it again once its wait is over, the wait doubled after each failure", async () => {
+    const t = setup({ engineMoveRetryMs: 60_000 });
+    const use = async () => {
+      const lease = t.scheduler.acquire(A, "completion");
+      await t.flush();
+      (await lease).release();
+    };
+    const load = t.scheduler.acquire(A, "completion");
+    await t.flush();
+    await t.finishLoads();
+    (await load).release();
+    t.want("broken");
+    const first = t.scheduler.upgrade(A, "completion");
+    await t.flush();
+    await t.finishLoads(new Error("unknown model architecture"));
+    await first;
+    const failedAt = Date.now();
+    expect(t.scheduler.runners()[0]!.failedMove).toEqual({ engine: "broken", why: expect.stringMatching(/unknown model architecture/), tries: 1, retryAt: failedAt + 60_000 });
+    // Before the wait is over, requests are served on the old build and try nothing.
+    vi.setSystemTime(failedAt + 59_000);
+    await use();
+    expect(t.retries).toHaveLength(0);
+    // Once it is over, one request tries again (beside it), the others meanwhile do not.
+    vi.setSystemTime(failedAt + 60_000);
+    await use();
+    await use();
+    expect(t.retries).toHaveLength(1);
+    expect(t.pending.map((p) => p.spec.engine?.name)).toEqual(["broken"]);
+    await t.finishLoads(new Error("unknown model architecture"));
+    expect(await t.retries[0]).toMatchObject({ kind: "failed", to: "broken" });
+    const second = t.scheduler.runners()[0]!.failedMove!;
+    expect(second).toMatchObject({ tries: 2, retryAt: failedAt + 60_000 + 120_000 });
+    vi.setSystemTime(failedAt + 60_000 + 119_000);
+    await use();
+    expect(t.retries).toHaveLength(1);
+    // Moved back to the build it runs: nothing failed any more, nothing is tried again.
+    t.want("v1");
+    expect(await t.scheduler.upgrade(A, "completion")).toMatchObject({ kind: "current" });
+    expect(t.scheduler.runners()[0]!.failedMove).toBeUndefined();
+    vi.setSystemTime(failedAt + 3_600_000);
+    await use();
+    expect(t.retries).toHaveLength(1);
+    expect(t.enginesOf()).toEqual(["v1 ready"]);
   });
 
   it("without room for both, retires the old runner at its next idle moment; the next load uses the new build", async () => {

@@ -1,8 +1,7 @@
 import { unlessAborted } from "../../http/abort.ts";
 import { clientGone } from "../../http/errors.ts";
-import { insufficientStorage } from "../errors.ts";
-import { formatSize } from "../gguf.ts";
 import { CorruptBlobError } from "../store/blobs.ts";
+import { refuseWithoutRoom } from "../store/room.ts";
 import { DEFAULT_PART_SETTINGS, type PartSettings } from "../store/parts.ts";
 import type { ModelStore } from "../store/store.ts";
 import type { PullEvent, PullPlan } from "./plan.ts";
@@ -45,10 +44,7 @@ export type PullerOptions = {
 /** Refuses (507, before streaming) a pull whose missing bytes the store's filesystem cannot hold. */
 async function checkRoom(store: ModelStore, plan: PullPlan): Promise<void> {
   const needed = await store.bytesMissing(plan.layers);
-  if (needed === 0) return;
-  const free = await store.freeSpace();
-  if (free === undefined || needed <= free) return;
-  throw insufficientStorage(`not enough free space to pull ${plan.key}: it needs ${formatSize(needed)} more, the model store has ${formatSize(free)} free`);
+  if (needed > 0) refuseWithoutRoom(plan.key, needed, await store.freeSpace(), "model store");
 }
 
 async function runPlan(store: ModelStore, plan: PullPlan, emit: Listener, signal: AbortSignal, parts: PartSettings): Promise<void> {
