@@ -14,8 +14,9 @@
 // restore a slot named by `id_slot` from its host prompt cache). So the displaced conversation is
 // saved first (parked, under its session's name, which is per key), and a session whose slot was
 // given away gets its parked conversation restored into the slot it is given (prefix-copies.ts).
-// Parked files outlive the runner: one loaded after a restart or a reload knows the sessions its
-// predecessors of the same model and settings parked (`recall`), and unparks them the same way.
+// Parked files outlive the runner: one that stops parks the sessions still in its slots too, and
+// one loaded after a restart or a reload knows the sessions its predecessors of the same model and
+// settings parked (`recall`), and unparks them the same way.
 //
 // Decisions are pure (`placement`, table-tested); `SlotTable` keeps the state they are made from,
 // changed only by `place` and `release`, in the runner's single synchronous step of a grant.

@@ -160,7 +160,7 @@ export class Runner {
     else if (this.state === "ready" || this.state === "draining") {
       this.enter("stopping");
       this.failWaiters(new RunnerGone());
-      await this.process!.stop().catch(() => {});
+      await this.process!.stop(this.slots.held()).catch(() => {});
       // A runner's `exited` never settles after a stop we asked for: this is where it ends.
       if ((this.state as RunnerState) === "stopping") {
         this.enter("stopped");

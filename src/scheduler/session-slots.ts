@@ -9,7 +9,8 @@ import type { Watchdog } from "./watchdog.ts";
 // to (the slot table, affinity.ts), the copy of a start a follower restores first
 // or a displaced conversation it gets back (prefix-copies.ts, parking.ts), and how many requests go to llama-server at once while agent sessions use
 // it. Apart from runner.ts, whose state machine decides when a request is granted; this decides
-// where it goes once it is, and frees its slot when it ends.
+// where it goes once it is, frees its slot when it ends, and says whose conversations the slots
+// hold when the runner stops (parked then: see the slot cache's runner.ts).
 
 export class SessionSlots {
   #inUse = 0;
@@ -49,6 +50,11 @@ export class SessionSlots {
   inFlightCap(lane: Turn["lane"], shared: () => boolean): number {
     const queued = lane === "batch" || shared() || this.sessionsRecently() ? 0 : this.ahead;
     return this.slots + queued;
+  }
+
+  /** Slot -> the session whose conversation it holds (by the table): parked, not lost, when the runner stops. */
+  held(): Map<number, string> {
+    return new Map(this.table.view().flatMap((s, slot) => (s.session === undefined ? [] : [[slot, s.session] as const])));
   }
 
   /** Requests holding a slot now. */

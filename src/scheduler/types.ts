@@ -15,7 +15,11 @@ export interface RunnerProcess {
   exited: Promise<Error>;
   /** Whether the process runs at this moment (a death shows here before `exited` settles). */
   running(): boolean;
-  stop(): Promise<void>;
+  /**
+   * Ends the process. `held`: slot -> the agent session whose conversation it holds (see
+   * affinity.ts), which a runner that parks saves as that session's parked conversation.
+   */
+  stop(held?: ReadonlyMap<number, string>): Promise<void>;
   /** SIGKILL now: for a runner that stopped answering. Like `stop`, `exited` does not settle after it. */
   kill(): Promise<void>;
   /** Saves one slot for others to restore (see prefix-copies.ts); absent where slots cannot be saved. */
@@ -28,8 +32,8 @@ export interface RunnerProcess {
 export interface SlotParking {
   /** Whether `session`'s conversation was parked before this runner loaded (by a runner of the same model, build and settings). */
   keeps(session: string): boolean;
-  /** Saves `slot`'s conversation as `session`'s (false: not saved). */
-  park(slot: number, session: string): Promise<boolean>;
+  /** Saves `slot`'s conversation as `session`'s (false: not saved, or not by the time `signal` aborts). */
+  park(slot: number, session: string, signal?: AbortSignal): Promise<boolean>;
   /** Restores `session`'s parked conversation into `slot`, and removes it (false: none, or refused). */
   unpark(session: string, slot: number): Promise<boolean>;
 }

@@ -6,7 +6,8 @@ import { trySlotAction } from "./slot-api.ts";
 // Conversations displaced from their slots (src/scheduler/affinity.ts), kept in the slot-cache
 // folder as entries named for their session: saved with llama-server's slot API when another
 // session is given the slot, restored into the slot their session is given when it comes back,
-// then removed (it is in a slot again; displaced once more, it is saved afresh). Entries count in
+// then removed (it is in a slot again; displaced once more, it is saved afresh). A runner that
+// stops parks the sessions still in its slots the same way (runner.ts). Entries count in
 // the folder's budget, least recently used dropped first. Session names come from the slot table,
 // which names each within its key: an entry is never restored for another key's request.
 //
@@ -23,12 +24,12 @@ const entryOf = (session: string): EntryName => `p${createHash("sha256").update(
 export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: CacheKey, name: string, log: (line: string) => void, earlier = new Set<EntryName>()): SlotParking {
   return {
     keeps: (session) => earlier.size > 0 && earlier.has(entryOf(session)),
-    async park(slot, session) {
+    async park(slot, session, signal) {
       const entry = entryOf(session);
       // Parked afresh: this runner knows it from now on.
       earlier.delete(entry);
       const file = folder.saving(key, entry);
-      const saved = await trySlotAction(runner, slot, "save", file);
+      const saved = await trySlotAction(runner, slot, "save", file, signal);
       if (!saved.ok) {
         log(`slot cache: ${name}: slot ${slot} not parked (${saved.text}): its session processes its conversation again`);
         await folder.drop(file);

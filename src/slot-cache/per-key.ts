@@ -49,7 +49,7 @@ export function withPromptsPerKey(start: StartRunner): StartRunner {
       return new URL(input instanceof Request ? input.url : input).pathname === "/v1/messages" ? answer.then(foldCachedCount) : answer;
     }) as typeof globalThis.fetch;
     const { copySlot, parking } = runner;
-    return { fetch, exited: runner.exited, running: () => runner.running(), stop: () => runner.stop(), kill: () => runner.kill(), ...(copySlot ? { copySlot: (from: number) => copySlot.call(runner, from) } : {}), ...(parking ? { parking } : {}) };
+    return { fetch, exited: runner.exited, running: () => runner.running(), stop: (held) => runner.stop(held), kill: () => runner.kill(), ...(copySlot ? { copySlot: (from: number) => copySlot.call(runner, from) } : {}), ...(parking ? { parking } : {}) };
   };
 }
 

@@ -1,5 +1,5 @@
 import { basename } from "node:path";
-import type { RunnerProcess, RunnerSpec, StartRunner } from "../scheduler/types.ts";
+import type { RunnerProcess, RunnerSpec, SlotParking, StartRunner } from "../scheduler/types.ts";
 import type { CacheKey, SlotFolder } from "./folder.ts";
 import { promptHolders, SOMEONE } from "./per-key.ts";
 import { slotCopier } from "./copy.ts";
@@ -10,8 +10,10 @@ import { slotAction, trySlotAction } from "./slot-api.ts";
 // reloaded, SIGTERM; not when it crashed or was killed for hanging), each slot holding a prompt
 // is saved with llama-server's slot API into the folder; when a runner with the same key starts,
 // the saved slots are restored before it serves its first request, so a conversation that goes
-// on reuses its cache instead of processing its whole prompt again. Only we call the slot API:
-// clients never reach it, and never name a file.
+// on reuses its cache instead of processing its whole prompt again. A slot that holds an agent
+// session's conversation is parked for that session instead (parking.ts), restored when the
+// session comes back, into whichever slot it is given. Only we call the slot API: clients never
+// reach it, and never name a file.
 
 export type SlotCacheHooks = {
   folder: SlotFolder;
@@ -83,10 +85,11 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
       kill: () => runner.kill(),
       copySlot: slotCopier(runner, hooks.folder, key),
       ...(parked ? { parking: slotParking(runner, hooks.folder, key, spec.name, log, parked) } : {}),
-      stop: async () => {
+      stop: async (held) => {
         // A runner unloaded while it loaded has nothing new to keep.
         const holders = hooks.perKey ? [...promptHolders(cached)] : undefined;
-        if (!signal?.aborted) await save(runner, key, spec, hooks, log, holders).catch((error: Error) => log(`slot cache: ${spec.name}: not saved: ${error.message}`));
+        const sessions = cached.parking && held ? { parking: cached.parking, held } : undefined;
+        if (!signal?.aborted) await save(runner, key, spec, hooks, log, holders, sessions).catch((error: Error) => log(`slot cache: ${spec.name}: not saved: ${error.message}`));
         await runner.stop();
       },
     };
@@ -136,8 +139,13 @@ async function restore(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, h
   return { slots: restored, holders };
 }
 
-/** Saves every slot that holds a prompt, within the time the hooks give; a save not done by then is dropped. */
-async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, holders?: string[]): Promise<void> {
+/**
+ * Saves every slot that holds a prompt, within the time the hooks give; a save not done by then is
+ * dropped. A slot that holds an agent session's conversation (`sessions`, by the slot table) is
+ * parked as that session's instead: a runner restoring by slot number would not know whose
+ * conversation it had, and the session, placed anew, would process it again.
+ */
+async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hooks: SlotCacheHooks, log: (line: string) => void, holders?: string[], sessions?: { parking: SlotParking; held: ReadonlyMap<number, string> }): Promise<void> {
   const ms = hooks.saveWithinMs();
   if (ms <= 0 || !runner.running()) return;
   const deadline = AbortSignal.timeout(ms);
@@ -146,6 +154,9 @@ async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hook
   const slots = ((await response.json()) as { id: number; n_prompt_tokens?: number }[]).filter((s) => (s.n_prompt_tokens ?? 0) > 0);
   await Promise.all(
     slots.map(async ({ id }) => {
+      const session = sessions?.held.get(id);
+      // A park that fails is logged there, and costs that session its conversation processed again.
+      if (session !== undefined) return void (await sessions!.parking.park(id, session, deadline));
       const file = hooks.folder.saving(key, id);
       const answer = await trySlotAction(runner, id, "save", file, deadline);
       if (answer.ok) return hooks.folder.commit(file, key, id, answer.saved, holders);

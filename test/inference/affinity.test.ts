@@ -216,11 +216,12 @@ describe("parked sessions across a restart and a reload", () => {
     await stack.restart({ API_KEYS_FILE: keys });
     const alice = { authorization: "Bearer sk-alice-park-53" };
     const bob = { authorization: "Bearer sk-bob-park-59" };
-    const first = await parkFirst("eta", "keyed", alice);
-    // Bob names alice's parked session and sends her conversation: he processes it, as a new session would.
+    const first = await parkFirst("eta", "keyed", alice, 2);
+    // Bob names a parked session of alice's and sends her conversation: he processes it, as a new session would.
     const own = history("keyed-0").length / 2; // about one token per byte: well below its tokens
-    const guessed = await turn("eta", "keyed-0", second("keyed-0"), undefined, bob);
+    const guessed = await turn("eta", "keyed-1", second("keyed-1"), undefined, bob);
     expect(guessed.prompt_n, JSON.stringify(guessed)).toBeGreaterThan(own);
+    // His "keyed-1", in a slot as the server stops, is parked as his own: after the restart he names her other one.
     await stack.restart({ API_KEYS_FILE: keys });
     const entries = (await parked()).length;
     const after = await turn("eta", "keyed-0", second("keyed-0"), undefined, bob);
@@ -229,6 +230,37 @@ describe("parked sessions across a restart and a reload", () => {
     // Alice's own session gets it back.
     onlyNew(await turn("eta", "keyed-0", second("keyed-0"), undefined, alice), first);
     expect(await parked()).toHaveLength(entries - 1);
+  });
+
+  it("sessions holding their slots as llamadock stops, or as their runner is unloaded, are parked: each comes back to only its new tokens, never for another key naming it", async () => {
+    const keys = join(stack.dir, "held-keys");
+    await writeFile(keys, "sk-carol-held-61 name=carol admin\nsk-dave-held-67 name=dave\n");
+    await stack.restart({ API_KEYS_FILE: keys });
+    const carol = { authorization: "Bearer sk-carol-held-61" };
+    const dave = { authorization: "Bearer sk-dave-held-67" };
+    // One session per slot: none is displaced, so none is parked while the runner serves.
+    const before = (await parked()).length;
+    const first: Timings[] = [];
+    for (let i = 0; i < SLOTS; i++) first.push(await turn("lambda", `held-${i}`, [{ role: "user", content: history(`held-${i}`) }], undefined, carol));
+    expect(await parked(), "none parked while each has its slot").toHaveLength(before);
+    await stack.restart({ API_KEYS_FILE: keys });
+    expect(await parked(), "each slot's session parked as the server stopped").toHaveLength(before + SLOTS);
+    // Placed anew, each comes back to another slot than the one it held (held-2 to slot 0, held-1
+    // to the one left empty): a slot restored by its number would hold another's conversation.
+    const last = await turn("lambda", "held-2", second("held-2"), undefined, carol);
+    onlyNew(last, first[2]!);
+    expect(await parked(), "the restored entry leaves the folder").toHaveLength(before + SLOTS - 1);
+    // Dave names another of carol's sessions and sends her conversation: he processes it, her entry stays.
+    const own = history("held-0").length / 2; // about one token per byte: well below its tokens
+    const guessed = await turn("lambda", "held-0", second("held-0"), undefined, dave);
+    expect(guessed.prompt_n, JSON.stringify(guessed)).toBeGreaterThan(own);
+    expect(await parked(), "carol's entries are still there").toHaveLength(before + SLOTS - 1);
+    const again = await turn("lambda", "held-1", second("held-1"), undefined, carol);
+    onlyNew(again, first[1]!);
+    // Its runner unloaded while it holds slot 2, then loaded for its next turn (placed in slot 0).
+    expect((await ask({ url: stack.url }, "POST", "/engines/unload", { all: true }, carol)).status).toBe(200);
+    const third = [...second("held-1"), { role: "assistant", content: "They pass." }, { role: "user", content: "Commit it." }];
+    onlyNew(await turn("lambda", "held-1", third, undefined, carol), { prompt_n: again.prompt_n + again.cache_n, cache_n: 0 });
   });
 
   it("a parked file that is damaged, or was saved with another KV cache type, is not restored: its session processes its history again, answered", async () => {

@@ -3,7 +3,8 @@ import type { RunnerProcess, RunnerSpec, StartRunner } from "../../src/scheduler
 // A recording stand-in for the sidecar's supervisor, for unit tests of scheduling policy only
 // (the end-to-end tests run real llama-server processes).
 
-export type FakeProcess = RunnerProcess & { spec: RunnerSpec; crash(message: string): void; stopped: boolean };
+/** `heldAtStop`: the sessions its stop was told its slots hold. */
+export type FakeProcess = RunnerProcess & { spec: RunnerSpec; crash(message: string): void; stopped: boolean; heldAtStop?: ReadonlyMap<number, string> };
 
 /** `fetchFor` gives a runner its own fetch (default: every request answers "ok"). */
 export function fakeStarter(fetchFor?: (spec: RunnerSpec) => typeof fetch) {
@@ -21,8 +22,9 @@ export function fakeStarter(fetchFor?: (spec: RunnerSpec) => typeof fetch) {
         exited,
         running: () => !crashed,
         // Like the real sidecar: `exited` does not settle after a stop we asked for.
-        async stop() {
+        async stop(held) {
           process.stopped = true;
+          process.heldAtStop = held;
         },
         async kill() {
           process.stopped = true;

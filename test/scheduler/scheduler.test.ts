@@ -158,6 +158,22 @@ describe("scheduler", () => {
     (await c).release();
   });
 
+  it("a runner stopped tells its process which session's conversation each slot holds now (to park them), by key", async () => {
+    const { scheduler, leaseLoaded, started } = setup({ slots: 2 });
+    await leaseLoaded(A).then((l) => l.release());
+    const session = (caller: string, name: string) => scheduler.acquire(A, "completion", undefined, { caller, session: name, prefix: "p" });
+    const a = await session("k", "a");
+    const other = await session("other", "a");
+    a.release();
+    other.release();
+    // Given the slot k's "a" held (the least recently used): "a" is parked then, and no slot holds it.
+    const b = await session("k", "b");
+    b.release();
+    expect(b.slot).toBe(a.slot);
+    expect(await scheduler.unload(() => true)).toBe(1);
+    expect(started[0]!.heldAtStop).toEqual(new Map([[b.slot!, "k\u0000b"], [other.slot!, "other\u0000a"]]));
+  });
+
   it("runnerQueue never goes past the queue depth; llama-server gets an HTTP thread for each request it holds", async () => {
     const { scheduler, leaseLoaded, started } = setup({ slots: 2, queueDepth: 1, runnerQueue: 8 });
     const first = await leaseLoaded(A);

@@ -19,10 +19,12 @@ const spec: RunnerSpec = { name: "m-completion-1", alias: "ai/m:latest", modelPa
 /** A runner whose one slot holds a prompt, and whose save waits until its request is called off. */
 function stuckRunner() {
   const calls: string[] = [];
+  const files: string[] = [];
   let stopped = false;
   const process: RunnerProcess = {
     fetch: (async (url: string, init: RequestInit = {}) => {
       calls.push(`${init.method ?? "GET"} ${new URL(url).pathname}${new URL(url).search}`);
+      if (typeof init.body === "string") files.push((JSON.parse(init.body) as { filename: string }).filename);
       if (url.endsWith("/slots")) return Response.json([{ id: 0, n_prompt_tokens: 50 }]);
       return new Promise((_, reject) => init.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
     }) as typeof fetch,
@@ -31,7 +33,7 @@ function stuckRunner() {
     stop: async () => void (stopped = true),
     kill: async () => void (stopped = true),
   };
-  return { process, calls, stopped: () => stopped };
+  return { process, calls, files, stopped: () => stopped };
 }
 
 describe("a runner's saves", () => {
@@ -49,6 +51,25 @@ describe("a runner's saves", () => {
     expect(runner.stopped()).toBe(true);
     expect(runner.calls).toEqual(["GET /slots", "POST /slots/0?action=save"]);
     expect(lines).toEqual([expect.stringMatching(/^slot cache: m-completion-1: slot 0 not saved \(.*\)$/)]);
+    expect((await readdir(dir)).filter((n) => n.endsWith(".bin") || n.endsWith(".json"))).toEqual([]);
+  });
+
+  it("park a slot that holds an agent session under its session's name, dropped alike when not done in time", async () => {
+    const runner = stuckRunner();
+    const lines: string[] = [];
+    const start = withSlotCache(async () => runner.process, {
+      folder: createSlotFolder(dir, 1 << 20),
+      engine: async () => "v",
+      saveWithinMs: () => 50,
+      parking: true,
+      log: (line) => lines.push(line),
+    });
+    const started = await start(spec);
+    await started.stop(new Map([[0, "alice\u0000s"]]));
+    expect(runner.stopped()).toBe(true);
+    expect(runner.calls).toEqual(["GET /slots", "POST /slots/0?action=save"]);
+    expect(runner.files).toEqual([expect.stringMatching(/^[0-9a-f]{32}-p[0-9a-f]{32}\.[0-9a-f]{8}\.part$/)]);
+    expect(lines).toEqual([expect.stringMatching(/^slot cache: m-completion-1: slot 0 not parked \(.*\): its session processes its conversation again$/)]);
     expect((await readdir(dir)).filter((n) => n.endsWith(".bin") || n.endsWith(".json"))).toEqual([]);
   });
 
