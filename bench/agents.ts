@@ -1,10 +1,6 @@
-import { closeSync, openSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { launchEnv } from "../sidecar/binary.ts";
-import { resolveLlamaServerBinary } from "../sidecar/index.ts";
 import { detectRuntime } from "../src/runtime/index.ts";
-import { removeSocket } from "../src/runtime/socket-file.ts";
 import { startStack } from "../test/inference/harness.ts";
+import { startDirectRunner } from "./direct-runner.ts";
 
 // Coding agents sharing one runner: K synthetic agent sessions at once, each opening with the same
 // long start (a system prompt and tools, as sessions of one agent in one folder send), then T
@@ -139,31 +135,10 @@ const percentile = (values: number[], p: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
 };
 
-/** Starts llama-server with the flags of our runner (read from its command line), on a socket of its own. */
+/** llama-server with our runner's flags (see direct-runner.ts), as a side of the comparison. */
 async function direct(): Promise<{ side: Side; stop(): Promise<void> }> {
-  const [pid] = await stack.runnerPids();
-  const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean).slice(1);
-  const socketPath = join(stack.dir, "run", "direct.sock");
-  args[args.indexOf("--host") + 1] = socketPath;
-  const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
-  // Its output to a file, as our runners' (piped and unread, it would stall llama-server once the pipe is full).
-  const output = openSync(join(stack.dir, "logs", "direct.log"), "a");
-  const child = await runtime.spawn(binary.path, args, { env: launchEnv(binary.path, process.env), output });
-  const fetchVia = runtime.unixFetch(socketPath);
-  for (;;) {
-    const status = await fetchVia("http://runner/health").then((r) => (r.body?.cancel(), r.status), () => 0);
-    if (status === 200) break;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return {
-    side: { name: "llama-server", fetchVia, path: "/v1/chat/completions" },
-    async stop() {
-      child.kill("SIGTERM");
-      await child.exited;
-      closeSync(output);
-      removeSocket(socketPath);
-    },
-  };
+  const runner = await startDirectRunner(stack, runtime);
+  return { side: { name: "llama-server", fetchVia: runner.fetchVia, path: "/v1/chat/completions" }, stop: runner.stop };
 }
 
 try {

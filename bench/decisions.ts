@@ -1,11 +1,7 @@
-import { closeSync, openSync, readFileSync } from "node:fs";
-import { join } from "node:path";
-import { launchEnv } from "../sidecar/binary.ts";
-import { resolveLlamaServerBinary } from "../sidecar/index.ts";
 import { detectRuntime } from "../src/runtime/index.ts";
-import { removeSocket } from "../src/runtime/socket-file.ts";
 import { questionMessages, type Question } from "../src/decisions/core.ts";
 import { startStack } from "../test/inference/harness.ts";
+import { startDirectRunner } from "./direct-runner.ts";
 
 // One decisions request of Q questions over one long input, through our server, against two
 // figures measured in the same run straight from a llama-server started with our runner's very
@@ -37,34 +33,6 @@ const input = (salt: string) => {
 const questions = (salt: string): Question[] =>
   Array.from({ length: QUESTIONS }, (_, i) => ({ name: `q${i}`, kind: "predicate", instructions: `${salt} fact ${i} holds.`, options: [{ value: true, text: "yes" }, { value: false, text: "no" }] }));
 
-type Direct = { fetchVia: typeof fetch; stop(): Promise<void> };
-
-/** Starts llama-server with the flags of our runner (read from its command line), on a socket of its own. */
-async function direct(): Promise<Direct> {
-  const [pid] = await stack.runnerPids();
-  const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean).slice(1);
-  const socketPath = join(stack.dir, "run", "direct.sock");
-  args[args.indexOf("--host") + 1] = socketPath;
-  const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
-  const output = openSync(join(stack.dir, "logs", "direct.log"), "a");
-  const child = await runtime.spawn(binary.path, args, { env: launchEnv(binary.path, process.env), output });
-  const fetchVia = runtime.unixFetch(socketPath);
-  for (;;) {
-    const status = await fetchVia("http://runner/health").then((r) => (r.body?.cancel(), r.status), () => 0);
-    if (status === 200) break;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return {
-    fetchVia,
-    async stop() {
-      child.kill("SIGTERM");
-      await child.exited;
-      closeSync(output);
-      removeSocket(socketPath);
-    },
-  };
-}
-
 const post = async (fetchVia: typeof fetch, path: string, body: unknown) => {
   const response = await fetchVia(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
   if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
@@ -90,7 +58,7 @@ try {
   // Loads our runner (its flags are what the direct one is started with).
   const warm = await fetch(`${stack.url}/v1/decisions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: MODEL, input: "warm", questions: [{ type: "predicate", instructions: "It holds." }] }) });
   if (!warm.ok) throw new Error(`warm-up: ${warm.status} ${await warm.text()}`);
-  const llama = await direct();
+  const llama = await startDirectRunner(stack, runtime);
   try {
     // The floor: the input once, then every question in the same slot, its input cached.
     const floorPrompts = await prompts(llama.fetchVia, "floor");
