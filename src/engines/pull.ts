@@ -8,7 +8,7 @@ import { parseReference } from "../models/reference.ts";
 import { refuseWithoutRoom } from "../models/store/room.ts";
 import { openRepository, type Descriptor, type RegistryOptions } from "../models/registry/client.ts";
 import type { Runtime } from "../runtime/types.ts";
-import { badRequest } from "../http/errors.ts";
+import { badRequest, HttpError } from "../http/errors.ts";
 import { glibcRefusal, hostGlibc, neededGlibc } from "./glibc.ts";
 import { hostArch, locate } from "./layout.ts";
 import type { EngineRecord, EngineStore } from "./store.ts";
@@ -106,6 +106,10 @@ async function download(source: ReturnType<ReturnType<typeof openRepository>["bl
       hash.update(chunk);
       await out.write(chunk);
     }
+  } catch (error) {
+    // A connection the registry dropped is its failure (502), said with the layer it cut; ours and a cancel go as they are.
+    if (error instanceof HttpError || signal.aborted) throw error;
+    throw upstreamFailure(`layer ${layer.digest} ended after ${bytes} of its ${layer.size} bytes: ${(error as Error).message}`);
   } finally {
     await out.close();
   }
