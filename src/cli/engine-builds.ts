@@ -1,6 +1,7 @@
 import { Command } from "commander";
 import { ago, formatBytes, table } from "./format.ts";
-import type { ClientFor } from "./models.ts";
+import { followPull, type ClientFor } from "./models.ts";
+import { progressView } from "./progress.ts";
 
 // `llamadock engine ls|pull|rm|use`: the llama.cpp builds runners run on (GET/POST/DELETE
 // /engines/builds, POST /engines/builds/default).
@@ -40,7 +41,10 @@ export function engineBuildCommands(program: Command, clientFor: ClientFor): voi
     .description("pull a build from a registry (llama.cpp's server images, Docker Model Runner's backend images, or ones published with npm run engine:publish)")
     .argument("<reference>")
     .action(async (reference: string, _options, command: Command) => {
-      const build = await clientFor(command).json<Build>("POST", "/engines/builds", { reference });
+      // Its layers' progress as a model pull's. Leaving cancels a pull this command started (nothing
+      // of it is kept); one it joined goes on for the caller that started it.
+      const cancelled = `stopped following the pull of ${reference}: cancelled, nothing kept, unless another caller started it`;
+      const build = (await followPull(clientFor(command), "/engines/builds?stream=true", { reference }, progressView(), { name: reference, cancelled })) as unknown as Build;
       print(`Pulled ${build.name}: llama-server ${build.version} (${build.variant}, ${build.digest})`);
     });
 

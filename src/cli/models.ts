@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { answerJson, CliError, failure, lines, modelPath, type Client } from "./client.ts";
 import { ago, formatBytes, shortId, splitTag, table } from "./format.ts";
-import { barsView, linesView, type ProgressView } from "./progress.ts";
+import { progressView, type ProgressView } from "./progress.ts";
 
 // The model commands: pull, ls, rm, tag, inspect, df; each one call (or a few) to /models.
 
@@ -29,22 +29,30 @@ export async function followProgress(body: ReadableStream<Uint8Array>, view: Pro
 
 /** Pulls `model`, drawing progress; Ctrl-C cancels (the server keeps the bytes for the next pull). */
 export async function pull(client: Client, model: string, view: ProgressView): Promise<string> {
+  const outcome = await followPull(client, "/models/create", { from: model }, view, { name: model, cancelled: `pull of ${model} cancelled: run \`llamadock pull ${model}\` again to resume it` });
+  return outcome.message;
+}
+
+/**
+ * POSTs `body` to `path`, whose answer is a pull's NDJSON progress, drawing it; resolves with its
+ * `success` line, else a CliError (`what.name` in its message). Ctrl-C closes the connection, which
+ * tells the server to stop, and prints `what.cancelled`.
+ */
+export async function followPull(client: Client, path: string, body: object, view: ProgressView, what: { name: string; cancelled: string }): Promise<PullEvent & Record<string, unknown>> {
   const controller = new AbortController();
-  // Leaving closes the connection: the server then stops the pull (its last listener went) and
-  // keeps what it downloaded for the next one.
   const interrupted = () => {
     controller.abort();
     view.stop();
-    process.stderr.write(`llamadock: pull of ${model} cancelled: run \`llamadock pull ${model}\` again to resume it\n`);
+    process.stderr.write(`llamadock: ${what.cancelled}\n`);
     process.exit(130);
   };
   process.once("SIGINT", interrupted);
   try {
-    const response = await client.raw("POST", "/models/create", { from: model }, controller.signal);
-    if (!response.ok || !response.body) throw await failure(response, model);
+    const response = await client.raw("POST", path, body, controller.signal);
+    if (!response.ok || !response.body) throw await failure(response, what.name);
     const outcome = await followProgress(response.body, view);
-    if (outcome?.type === "success") return outcome.message;
-    throw new CliError(`pull of ${model} failed: ${outcome?.message ?? "the server ended the stream early"}`);
+    if (outcome?.type === "success") return outcome as PullEvent & Record<string, unknown>;
+    throw new CliError(`pull of ${what.name} failed: ${outcome?.message ?? "the server ended the stream early"}`);
   } catch (error) {
     view.stop();
     throw error;
@@ -59,8 +67,7 @@ export function modelCommands(program: Command, clientFor: ClientFor): void {
     .description("download a model from a registry or Hugging Face (hf.co/...)")
     .argument("<model>", "e.g. ai/smollm2 or hf.co/owner/repo:Q4_K_M")
     .action(async (model: string, _options, command: Command) => {
-      const view = process.stdout.isTTY ? barsView(process.stdout) : linesView(print);
-      print(await pull(clientFor(command), model, view));
+      print(await pull(clientFor(command), model, progressView()));
     });
 
   program

@@ -82,3 +82,6 @@ export function linesView(write: (line: string) => void, now: () => number = Dat
     stop() {},
   };
 }
+
+/** Bars on a terminal, plain lines elsewhere: every command that shows a transfer's progress. */
+export const progressView = (): ProgressView => (process.stdout.isTTY ? barsView(process.stdout) : linesView((line) => process.stdout.write(`${line}\n`)));

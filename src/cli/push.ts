@@ -3,7 +3,7 @@ import { packageModel, PackageError, withShards, type PackageFiles } from "../mo
 import { answerJson, CliError, failure, modelPath, type Client } from "./client.ts";
 import { shortId } from "./format.ts";
 import { followProgress, type ClientFor } from "./models.ts";
-import { barsView, linesView, type ProgressView } from "./progress.ts";
+import { progressView, type ProgressView } from "./progress.ts";
 
 // push: a model to the registry its name names. package: a model made from local GGUF files, as
 // Docker Model Runner's CLI makes one: the artifact is built here (the files hashed, the config
@@ -12,8 +12,6 @@ import { barsView, linesView, type ProgressView } from "./progress.ts";
 // (src/models/package), shared rather than written twice.
 
 const print = (text: string) => process.stdout.write(`${text}\n`);
-
-const progressView = (): ProgressView => (process.stdout.isTTY ? barsView(process.stdout) : linesView(print));
 
 /** Pushes `model`; Ctrl-C stops the push (blobs already sent stay in the registry and are skipped next time). */
 export async function push(client: Client, model: string, view: ProgressView): Promise<string> {

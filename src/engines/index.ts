@@ -9,6 +9,7 @@ import type { ModelSettings } from "../scheduler/settings.ts";
 import { createEventLog, type EngineEvents } from "./events.ts";
 import { hasGpu, officialImage } from "./layout.ts";
 import { pullEngine } from "./pull.ts";
+import { watchedPull, type EnginePull } from "./pull-stream.ts";
 import { BUILTIN, engineNotFound, openEngineStore, type EngineRecord } from "./store.ts";
 
 // The llama.cpp builds runners run on: the builtin one (LLAMA_SERVER_PATH, PATH, the setup's
@@ -34,30 +35,35 @@ export function createEngines(deps: EnginesDeps) {
   const store = openEngineStore(deps.config.path);
   const events: EngineEvents = createEventLog();
   const pullDeps = { store, registry: deps.registry, runtime: deps.runtime, gpu: hasGpu, ...(deps.defaultRegistry ? { defaultRegistry: deps.defaultRegistry } : {}) };
-  /** Pulls in progress by what was asked: two asks for one image share its pull. */
-  const pulls = new Map<string, Promise<EngineRecord>>();
+  /** Pulls in progress by what was asked: two asks for one image share its pull, and its progress. */
+  const pulls = new Map<string, EnginePull>();
   /** The builtin build's `--help`, read once per binary. */
   let builtinFlags: { path: string; flags: Promise<string[] | undefined> } | undefined;
 
-  function pull(reference: string, signal = new AbortController().signal): Promise<EngineRecord> {
+  /** The pull of `reference`, or the one running already (whose first caller's `signal` cancels it). */
+  function pulling(reference: string, signal = new AbortController().signal): EnginePull {
     const running = pulls.get(reference);
     if (running) return running;
-    const pulling = pullEngine(reference, pullDeps, signal).then(
-      // Told once per build stored: a pull that found its build there already (asked again, under
-      // another name, or by a caller that came just after the one that stored it) stored nothing.
-      ({ record, stored }) => {
-        if (stored) events.add({ kind: "pulled", engine: record.name, message: `pulled ${record.reference} (${record.version}, ${record.variant}, ${record.digest})` });
-        return record;
-      },
-      (error: Error) => {
-        events.add({ kind: "pull_failed", engine: reference, message: error.message });
-        throw error;
-      },
+    const job = watchedPull((watch) =>
+      pullEngine(reference, pullDeps, signal, watch).then(
+        // Told once per build stored: a pull that found its build there already (asked again, under
+        // another name, or by a caller that came just after the one that stored it) stored nothing.
+        ({ record, stored }) => {
+          if (stored) events.add({ kind: "pulled", engine: record.name, message: `pulled ${record.reference} (${record.version}, ${record.variant}, ${record.digest})` });
+          return record;
+        },
+        (error: Error) => {
+          events.add({ kind: "pull_failed", engine: reference, message: error.message });
+          throw error;
+        },
+      ),
     );
-    pulls.set(reference, pulling);
-    void pulling.finally(() => pulls.delete(reference)).catch(() => {});
-    return pulling;
+    pulls.set(reference, job);
+    void job.record.finally(() => pulls.delete(reference)).catch(() => {});
+    return job;
   }
+
+  const pull = (reference: string, signal?: AbortSignal): Promise<EngineRecord> => pulling(reference, signal).record;
 
   async function builtin(): Promise<EngineBuild> {
     const binary = await deps.builtin();
@@ -99,6 +105,7 @@ export function createEngines(deps: EnginesDeps) {
     store,
     events,
     pull,
+    pulling,
     build,
     defaultName,
     /**

@@ -7,8 +7,10 @@ import { insufficientStorage, unsupportedArtifact, upstreamFailure } from "../mo
 import { parseReference } from "../models/reference.ts";
 import { refuseWithoutRoom } from "../models/store/room.ts";
 import { openRepository, type Descriptor, type RegistryOptions } from "../models/registry/client.ts";
+import type { PullEvent } from "../models/pull/plan.ts";
+import { progressReporter } from "../models/pull/progress.ts";
 import type { Runtime } from "../runtime/types.ts";
-import { badRequest } from "../http/errors.ts";
+import { badRequest, HttpError } from "../http/errors.ts";
 import { glibcRefusal, hostGlibc, neededGlibc } from "./glibc.ts";
 import { hostArch, locate } from "./layout.ts";
 import type { EngineRecord, EngineStore } from "./store.ts";
@@ -19,6 +21,8 @@ import { LAYER_TYPES, markExecutable, unpackLayer, type Modes } from "./unpack.t
 // layout finds llama-server, the host's C library is checked against what the build needs, and
 // only then is the build run, once, for its `--version` and `--help`. A pull the store's
 // filesystem cannot hold is refused first (507). A failure at any step leaves nothing in the store.
+// Its watch hears when the layers start downloading, then their bytes as they arrive, in the
+// models' progress lines.
 
 /** The build a pull ended with, and whether this pull put it in the store (not there already). */
 export type Pulled = { record: EngineRecord; stored: boolean };
@@ -36,7 +40,12 @@ export type PullDeps = {
   hostGlibc?: () => Promise<string | undefined>;
 };
 
-export async function pullEngine(input: string, deps: PullDeps, signal: AbortSignal): Promise<Pulled> {
+/** Who follows a pull: told once its layers start downloading (nothing was refused before), then their progress lines. */
+export type PullWatch = { started(): void; progress(event: PullEvent): void };
+
+const UNWATCHED: PullWatch = { started() {}, progress() {} };
+
+export async function pullEngine(input: string, deps: PullDeps, signal: AbortSignal, watch: PullWatch = UNWATCHED): Promise<Pulled> {
   const reference = parseReference(input, deps.defaultRegistry ? { defaultRegistry: deps.defaultRegistry } : {});
   const repository = openRepository(reference, deps.registry);
   // Of an image for several platforms, this host's (Linux, its architecture).
@@ -52,12 +61,16 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
   // are the least the pull needs. Refused before a byte is fetched, as a model pull is.
   refuseWithoutRoom(reference.key, size, await deps.store.freeSpace(), "engine store");
   const incoming = await deps.store.incoming();
+  // Progress in the models' shape and pace (at most a line per layer every 100 ms, and each layer's last).
+  const report = progressReporter(size, watch.progress);
+  watch.started();
   try {
     const image = join(incoming.dir, "image");
     const modes: Modes = new Map();
     for (const [i, layer] of manifest.layers.entries()) {
       const file = join(incoming.dir, `layer-${i}`);
-      await download(repository.blobSource(layer), layer, file, signal);
+      await download(repository.blobSource(layer), layer, file, signal, (bytes) => report(layer, bytes));
+      report(layer, layer.size, true);
       await unpackLayer(file, layer.mediaType.endsWith("gzip"), image, modes);
       await rm(file);
     }
@@ -94,7 +107,7 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
 }
 
 /** The layer's bytes into `file`, refused unless they are its size and digest. */
-async function download(source: ReturnType<ReturnType<typeof openRepository>["blobSource"]>, layer: Descriptor, file: string, signal: AbortSignal): Promise<void> {
+async function download(source: ReturnType<ReturnType<typeof openRepository>["blobSource"]>, layer: Descriptor, file: string, signal: AbortSignal, onProgress: (bytes: number) => void): Promise<void> {
   const { body } = await source({ start: 0 }, signal);
   const hash = createHash("sha256");
   const out = await open(file, "wx", 0o600);
@@ -105,7 +118,12 @@ async function download(source: ReturnType<ReturnType<typeof openRepository>["bl
       if (bytes > layer.size) throw upstreamFailure(`layer ${layer.digest} is longer than its ${layer.size} bytes: refused`);
       hash.update(chunk);
       await out.write(chunk);
+      onProgress(bytes);
     }
+  } catch (error) {
+    // A connection the registry dropped is its failure (502), said with the layer it cut; ours and a cancel go as they are.
+    if (error instanceof HttpError || signal.aborted) throw error;
+    throw upstreamFailure(`layer ${layer.digest} ended after ${bytes} of its ${layer.size} bytes: ${(error as Error).message}`);
   } finally {
     await out.close();
   }

@@ -10,6 +10,7 @@ import type { SettingsStore } from "../scheduler/settings.ts";
 import { BUILTIN, type Engines } from "./index.ts";
 import { checkName, type EngineRecord } from "./store.ts";
 import { officialImage, hasGpu } from "./layout.ts";
+import { doneAnswer, pullAnswer } from "./pull-stream.ts";
 
 // The engine builds over HTTP: list, pull, remove, choose the default, and what happened to them;
 // with Docker Model Runner's install-backend / uninstall-backend shapes beside ours.
@@ -70,8 +71,7 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
 
   async function pull(request: Request): Promise<Response> {
     const { reference } = await readJson(request, PullBody);
-    const record = await engines.pull(checkName(reference), request.signal);
-    return Response.json(shown(record, false, 0), { status: 201 });
+    return pullAnswer(request, engines.pulling(checkName(reference), request.signal), async (record) => shown(record, false, 0), 201);
   }
 
   async function remove(name: string): Promise<Response> {
@@ -94,10 +94,16 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
     const body = await readJson(request, BackendBody);
     refuseOtherBackends(body.backend);
     const wanted = body.reference ?? (body.version ? officialImage(body.version, await hasGpu()) : undefined);
-    if (!wanted) return Response.json({ backend: ENGINE, installed: BUILTIN });
-    const record = await engines.pull(checkName(wanted), request.signal);
-    const chosen = await engines.use(record.reference);
-    return Response.json({ backend: ENGINE, installed: chosen.name, version: chosen.version, digest: record.digest, runners_moving: moveRunners() });
+    if (!wanted) return doneAnswer(request, { backend: ENGINE, installed: BUILTIN });
+    return pullAnswer(
+      request,
+      engines.pulling(checkName(wanted), request.signal),
+      async (record) => {
+        const chosen = await engines.use(record.reference);
+        return { backend: ENGINE, installed: chosen.name, version: chosen.version, digest: record.digest, runners_moving: moveRunners() };
+      },
+      200,
+    );
   }
 
   async function uninstallBackend(request: Request): Promise<Response> {
