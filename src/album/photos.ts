@@ -1,5 +1,5 @@
 import * as z from "zod";
-import { readAtMost } from "../http/body.ts";
+import { textAtMost } from "../http/body.ts";
 import { HttpError } from "../http/errors.ts";
 import type { Clock } from "./deadline.ts";
 import { Int64Json, parseJsonWithExactIds } from "./int64.ts";
@@ -78,12 +78,8 @@ export function photosText(response: Response, maxBytes: number): Promise<string
   return countedText(response, maxBytes);
 }
 
-async function countedText(response: Response, maxBytes: number): Promise<string> {
-  if (!response.body) return "";
-  return utf8.decode(await readAtMost(response.body.getReader(), maxBytes, () => tooLarge(maxBytes)));
-}
+const countedText = (response: Response, maxBytes: number): Promise<string> => textAtMost(response, maxBytes, () => tooLarge(maxBytes));
 
-const utf8 = new TextDecoder();
 
 const tooLarge = (maxBytes: number) =>
   gatewayError(502, "upstream_too_large", `photo service answered with more than ${maxBytes} bytes (PHOTOS_API_MAX_BYTES)`);

@@ -1,7 +1,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { Agent } from "undici";
-import { readAtMost } from "../http/body.ts";
+import { textAtMost } from "../http/body.ts";
 
 // The command's only door to the model runner: its HTTP API, over the server's Unix socket by
 // default (with Docker Model Runner's path prefix), or over TCP at `--host` / `MODEL_RUNNER_HOST`.
@@ -55,11 +55,8 @@ export type ApiError = { status: number; code: string; message: string };
 const ANSWER_LIMIT = 64 << 20;
 
 /** An answer's body as text, read up to ANSWER_LIMIT bytes. */
-export async function answerText(response: Response): Promise<string> {
-  if (!response.body) return "";
-  const bytes = await readAtMost(response.body.getReader(), ANSWER_LIMIT, () => new CliError(`the model runner's answer is larger than ${ANSWER_LIMIT >> 20} MiB`));
-  return new TextDecoder().decode(bytes);
-}
+export const answerText = (response: Response): Promise<string> =>
+  textAtMost(response, ANSWER_LIMIT, () => new CliError(`the model runner's answer is larger than ${ANSWER_LIMIT >> 20} MiB`));
 
 /** An answer's JSON, read up to ANSWER_LIMIT bytes. */
 export const answerJson = async <T>(response: Response): Promise<T> => JSON.parse(await answerText(response)) as T;

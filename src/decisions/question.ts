@@ -1,3 +1,4 @@
+import { textAtMost } from "../http/body.ts";
 import { clientGone, HttpError } from "../http/errors.ts";
 import { ENGINE } from "../inference/routes.ts";
 import type { Lease } from "../scheduler/runner.ts";
@@ -28,6 +29,13 @@ const PLAIN_SAMPLING = {
   mirostat: 0,
 };
 
+/**
+ * The most an answer of llama-server's to one of these calls may weigh. The largest is a templated
+ * prompt (/apply-template), about the input's size (10 MiB at most by default, INFERENCE_BODY_LIMIT),
+ * a few times that where JSON escapes it; a completion's label probabilities are kilobytes.
+ */
+const ANSWER_LIMIT = 64 << 20;
+
 export type Timings = { prompt_n: number; cache_n: number; predicted_n: number };
 
 /** A question's answer, the runner's slot that computed it and the tokens it took (none for a refusal made here). */
@@ -50,7 +58,7 @@ export function runnerCalls(lease: Lease, signal: AbortSignal, model: string, cl
   const call = async (path: string, init: RequestInit) => {
     try {
       const response = await lease.fetch(`http://runner${path}`, { ...init, headers, signal });
-      const text = await response.text();
+      const text = await textAtMost(response, ANSWER_LIMIT, () => new Error(`it answered ${path} with more than ${ANSWER_LIMIT >> 20} MiB`));
       lease.heard();
       return { status: response.status, json: jsonOr(text) };
     } catch (error) {

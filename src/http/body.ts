@@ -57,6 +57,12 @@ export async function readAtMost(reader: ReadableStreamDefaultReader<Uint8Array>
   return out;
 }
 
+/** A response's body as text, read up to `limit` bytes (`refuse()` past it); a response without one: "". */
+export async function textAtMost(response: Response, limit: number, refuse: () => Error): Promise<string> {
+  if (!response.body) return "";
+  return utf8.decode(await readAtMost(response.body.getReader(), limit, refuse));
+}
+
 /** A body a dialect rewrote, as the bytes to send on, under the same limit as one read from a client. */
 export function encodeJson(value: unknown, limit: number): Uint8Array<ArrayBuffer> {
   const bytes = new TextEncoder().encode(JSON.stringify(value));

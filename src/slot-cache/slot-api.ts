@@ -1,3 +1,4 @@
+import { textAtMost } from "../http/body.ts";
 import type { RunnerProcess } from "../scheduler/types.ts";
 
 // llama-server's slot API (`POST /slots/N?action=save|restore`, files named within its
@@ -5,6 +6,9 @@ import type { RunnerProcess } from "../scheduler/types.ts";
 
 /** How long one save or restore may take by default: a few MiB to a few GiB written or read at disk speed. */
 const SLOT_ACTION_TIMEOUT_MS = 60_000;
+
+/** llama-server's answer is a line of JSON (the slot, the file, its tokens and time): far less than this. */
+const ANSWER_LIMIT = 64 << 10;
 
 type SlotAction = { ok: boolean; text: string; saved: number };
 
@@ -16,7 +20,7 @@ export async function slotAction(runner: RunnerProcess, slot: number, action: "s
     body: JSON.stringify({ filename }),
     signal,
   });
-  const text = await response.text();
+  const text = await textAtMost(response, ANSWER_LIMIT, () => new Error(`llama-server answered a slot ${action} with more than ${ANSWER_LIMIT >> 10} KiB`));
   const saved = response.ok ? Number((JSON.parse(text) as { n_saved?: number }).n_saved ?? 0) : 0;
   return { ok: response.ok, text: text.slice(0, 200), saved };
 }
