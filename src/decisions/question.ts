@@ -225,13 +225,18 @@ const isContextExceeded = (json: Record<string, unknown>) => (json.error as { ty
  */
 async function contextRefusal(runner: RunnerCalls, input: InputMessage[], json: Record<string, unknown>): Promise<Answer> {
   const context = Number((json.error as { n_ctx?: number }).n_ctx ?? 0);
-  const template = await runner.post("/apply-template", { messages: turns([{ role: "system", content: SYSTEM_PROMPT }, ...input]) });
-  const counted = await runner.post("/tokenize", { content: template.json.prompt ?? "" });
-  const inputTokens = (counted.json.tokens as unknown[] | undefined)?.length ?? 0;
+  const inputTokens = await templatedInputTokens(runner, input);
   if (inputTokens >= context) {
     throw new HttpError(400, "invalid_request_error", "context_length_exceeded", `the input takes ${inputTokens} tokens, more than the ${context} of the model's context (a slot's share)`);
   }
   return { refusal: "the question with the input exceeds the model's context" };
+}
+
+/** The input's tokens as the first part of every question's prompt (the system prompt and the input, templated). */
+export async function templatedInputTokens(runner: RunnerCalls, input: InputMessage[]): Promise<number> {
+  const template = await runner.post("/apply-template", { messages: turns([{ role: "system", content: SYSTEM_PROMPT }, ...input]) });
+  const counted = await runner.post("/tokenize", { content: template.json.prompt ?? "" });
+  return (counted.json.tokens as unknown[] | undefined)?.length ?? 0;
 }
 
 /** The model's chat template refused the messages (its own rules: roles in turn, a system message first...). */

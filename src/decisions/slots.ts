@@ -1,9 +1,9 @@
 import { anySignal } from "../http/abort.ts";
 import { requestTimedOut } from "../inference/bounds.ts";
 import type { Lease } from "../scheduler/runner.ts";
-import { hasMedia, SYSTEM_PROMPT, turns, type Answer, type Ask } from "./core.ts";
+import { hasMedia, type Answer, type Ask } from "./core.ts";
 import { runnerMark, withRunnerMarks } from "./media.ts";
-import { askOne, clearSlot, labelForms, prompter, runnerCalls, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
+import { askOne, clearSlot, labelForms, prompter, runnerCalls, templatedInputTokens, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
 
 // A request's questions over the runner's slots, the input processed once.
 //
@@ -115,7 +115,7 @@ type Seeding = { lead: Worker; extra: ReturnType<typeof leasePool>; queue: Queue
  */
 async function seed(run: SlotRun, ask: Ask, { lead, extra, queue, workers, stop }: Seeding): Promise<void> {
   if (lead.slot === undefined || queue.done() || !extra.waiting()) return;
-  const inputTokens = await templatedInputTokens(lead.runner, ask);
+  const inputTokens = await templatedInputTokens(lead.runner, ask.input);
   for (let slot = 0; slot < run.slots; slot++) {
     if (slot === lead.slot) continue;
     const lease = queue.done() ? undefined : extra.take();
@@ -143,13 +143,6 @@ function worker(run: SlotRun, lease: Lease, stop: AbortSignal): Worker {
     ready,
     release: () => (call.dispose(), lease.release()),
   };
-}
-
-/** The input's tokens as the first part of every question's prompt (the system prompt and the input, templated). */
-async function templatedInputTokens(runner: RunnerCalls, ask: Ask): Promise<number> {
-  const template = await runner.post("/apply-template", { messages: turns([{ role: "system", content: SYSTEM_PROMPT }, ...ask.input]) });
-  const counted = await runner.post("/tokenize", { content: template.json.prompt ?? "" });
-  return (counted.json.tokens as unknown[] | undefined)?.length ?? 0;
 }
 
 /**
