@@ -14,7 +14,7 @@ import { badRequest, HttpError } from "../http/errors.ts";
 import { glibcRefusal, hostGlibc, neededGlibc } from "./glibc.ts";
 import { hostArch, locate } from "./layout.ts";
 import type { EngineRecord, EngineStore } from "./store.ts";
-import { LAYER_TYPES, markExecutable, unpackLayer, type Modes } from "./unpack.ts";
+import { checkLinks, imageTree, LAYER_TYPES, markExecutable, unpackLayer } from "./unpack.ts";
 
 // A pull of an engine image, through the registry client the models use: the manifest, then each
 // layer streamed to a file while its digest and size are checked, then unpacked (unpack.ts); the
@@ -66,19 +66,20 @@ export async function pullEngine(input: string, deps: PullDeps, signal: AbortSig
   watch.started();
   try {
     const image = join(incoming.dir, "image");
-    const modes: Modes = new Map();
+    const tree = imageTree(image);
     for (const [i, layer] of manifest.layers.entries()) {
       const file = join(incoming.dir, `layer-${i}`);
       await download(repository.blobSource(layer), layer, file, signal, (bytes) => report(layer, bytes));
       report(layer, layer.size, true);
-      await unpackLayer(file, layer.mediaType.endsWith("gzip"), image, modes);
+      await unpackLayer(file, layer.mediaType.endsWith("gzip"), tree);
       await rm(file);
     }
+    checkLinks(tree);
     const tag = reference.tag;
     const found = await locate(image, tag, await deps.gpu());
     if (!found) throw unsupportedArtifact(`${reference.key} holds no llama-server where llama.cpp's images (app/llama-server) or Docker Model Runner's (com.docker.llama-server.native.linux.<variant>.<arch>/bin) keep it`);
     const binaryDir = found.binary.split("/").slice(0, -1).join("/");
-    await markExecutable(image, [binaryDir, ...found.libraryDirs], modes);
+    await markExecutable(tree, [binaryDir, ...found.libraryDirs]);
     await refuseNewerGlibc(image, [binaryDir, ...found.libraryDirs], reference.key, deps.hostGlibc ?? hostGlibc);
     const libraryDirs = found.libraryDirs.map((d) => join(image, d));
     const described = await describeBuild(deps.runtime, join(image, found.binary), env, libraryDirs).catch((error: Error) => {

@@ -102,6 +102,8 @@ function escapes() {
     ["a link named by a PAX linkpath", Buffer.concat([paxEntry({ linkpath: outside }), typedHeader(innocent, 0, "2")]), /is a symbolic link \(to "\/.*llamadock-escaped-\w+"\)/],
     ["a PAX path that climbs out", Buffer.concat([paxEntry({ path: `../../${outside.split("/").at(-1)}` }), fileEntry(innocent, payload)]), /the entry "\.\.\/\.\.\/llamadock-escaped-\w+" climbs out/],
     ["a PAX path that is absolute", Buffer.concat([paxEntry({ path: outside }), fileEntry(innocent, payload)]), /has an absolute path/],
+    ["a name with `.` parts (judged by where it lands, not as text)", fileEntry(`./././${innocent}`, payload), /the entry "\.\/\.\/\.\/blobs\/sha256\/\w+" is not written plainly/],
+    ["a name with an empty part", fileEntry(`blobs//sha256/${sha256(payload).slice(7)}`, payload), /is not written plainly \(an empty or "\." part\)/],
     ["a GNU long name that climbs out", Buffer.concat([typedHeader("././@LongLink", climb.length, "L"), new TextEncoder().encode(climb), tarPadding(climb.length), fileEntry(innocent, payload)]), /climbs out of the archive/],
   ];
   return { outside, payload, cases };

@@ -6,7 +6,8 @@ import { env } from "node:process";
 import { resolveLlamaServerBinary } from "../../sidecar/index.ts";
 import { detectRuntime } from "../../src/runtime/index.ts";
 import { publishEngine, type PublishLayout, type Published } from "../../src/engines/publish.ts";
-import type { Registry } from "./registry.ts";
+import { tarEnd, tarHeader, tarPadding } from "../../src/models/package/tar.ts";
+import { pushBlob, type Registry } from "./registry.ts";
 
 // llama.cpp builds for engine tests, made of the one the setup builds: that build itself, and the
 // same binary behind a thin shell wrapper that plays another release. `renamed`: its --help spells
@@ -87,4 +88,44 @@ export async function tamperBlob(registry: Registry, digest: string): Promise<vo
   const bytes = await readFile(data);
   bytes[bytes.length >> 1] = bytes[bytes.length >> 1]! ^ 0xff;
   await writeFile(data, bytes);
+}
+
+/** An entry of a hand-made layer: a file (`data`), a folder, a symbolic link (`link`) or a hard link (`hard`). */
+export type LayerEntry = { name: string; data?: string; link?: string; hard?: string; dir?: boolean; mode?: number };
+
+/** A plain tar layer of `entries`, written as they are (hostile names too). */
+export function layerTar(entries: LayerEntry[]): Uint8Array {
+  const parts: Uint8Array[] = [];
+  for (const e of entries) {
+    if (e.link !== undefined) parts.push(tarHeader(e.name, 0, 0, { type: "2", link: e.link }));
+    else if (e.hard !== undefined) parts.push(tarHeader(e.name, 0, 0, { type: "1", link: e.hard }));
+    else if (e.dir) parts.push(tarHeader(e.name, 0, 0, { type: "5", mode: 0o755 }));
+    else {
+      const bytes = new TextEncoder().encode(e.data ?? "");
+      parts.push(tarHeader(e.name, bytes.byteLength, 0, { mode: e.mode ?? 0o644 }), bytes, tarPadding(bytes.byteLength));
+    }
+  }
+  parts.push(tarEnd());
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.byteLength, 0));
+  parts.reduce((at, p) => (out.set(p, at), at + p.byteLength), 0);
+  return out;
+}
+
+const OCI = { config: "application/vnd.oci.image.config.v1+json", layer: "application/vnd.oci.image.layer.v1.tar", manifest: "application/vnd.oci.image.manifest.v1+json" };
+
+/**
+ * Pushes an image of plain tar `layers` (each either bytes, or a blob the repository already holds,
+ * such as a published build's layer) to `repository:tag`; answers its reference.
+ */
+export async function pushImage(registry: Registry, repository: string, tag: string, layers: (Uint8Array | { digest: string; size: number; mediaType: string })[]): Promise<string> {
+  const descriptors = [];
+  for (const layer of layers) {
+    if (!(layer instanceof Uint8Array)) descriptors.push(layer);
+    else descriptors.push({ mediaType: OCI.layer, ...(await pushBlob(registry.url, repository, layer)) });
+  }
+  const config = new TextEncoder().encode(JSON.stringify({ architecture: "amd64", os: "linux", rootfs: { type: "layers", diff_ids: [] } }));
+  const manifest = JSON.stringify({ schemaVersion: 2, mediaType: OCI.manifest, config: { mediaType: OCI.config, ...(await pushBlob(registry.url, repository, config)) }, layers: descriptors });
+  const put = await fetch(`${registry.url}/v2/${repository}/manifests/${tag}`, { method: "PUT", headers: { "content-type": OCI.manifest }, body: manifest });
+  if (put.status !== 201) throw new Error(`manifest PUT answered ${put.status}: ${await put.text()}`);
+  return `${registry.host}/${repository}:${tag}`;
 }

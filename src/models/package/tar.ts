@@ -1,4 +1,5 @@
 import { badRequest, HttpError } from "../../http/errors.ts";
+import { entryParts, quoted as shown } from "./tar-paths.ts";
 
 // The tar format (POSIX ustar) of the model archives `POST /models/load` takes, as Docker Model
 // Runner's CLI writes them with Go's archive/tar: 512-byte headers, each entry's bytes padded to a
@@ -6,22 +7,25 @@ import { badRequest, HttpError } from "../../http/errors.ts";
 // or in GNU's base-256 form, both read here; the writer uses base-256. The reader streams: an
 // entry's bytes are handed on as they arrive, never held whole.
 //
-// An entry's name is never used as a path here (the store names files by digest), yet an archive
-// whose entries would land outside the folder it is unpacked in, as a tar program unpacks it, is
-// refused as a whole, before anything of it is handed on: a name that is absolute or climbs out
-// (`..`), whether from the header, a PAX `path` record or a GNU long name, and any link (symbolic
-// or hard), which a model archive never holds and which could point anywhere.
+// Every entry's name, from the header, a PAX `path` record or a GNU long name, is checked and
+// handed on in one plain spelling (tar-paths.ts): an absolute name, a `..`, `.` or empty part
+// refuses the whole archive before anything of it is handed on. A model archive never holds a
+// link; an engine image's layers do, and the unpacker that asks for them places them itself.
 
 const BLOCK = 512;
 
-/** `mode`: the header's permission bits; `link`: a symbolic link's target (only with `links: "inside"`). */
-export type TarEntry = { name: string; size: number; type: string; mode: number; link?: string; body: ReadableStream<Uint8Array> };
+/**
+ * `name`: the plain spelling (no leading `./`, no trailing `/`; "" for the root); `parts`: its parts;
+ * `mode`: the header's permission bits; `link`: a link's target as written (only with `links: "handed-on"`).
+ */
+export type TarEntry = { name: string; parts: string[]; size: number; type: string; mode: number; link?: string; body: ReadableStream<Uint8Array> };
 
 /**
- * `links: "inside"` lets symbolic links through whose target stays inside the folder the archive is
- * unpacked in (a build's `libggml.so -> libggml.so.0`); any other link is refused all the same.
+ * `links: "handed-on"` passes symbolic and hard links to the caller, whose job it is to place them
+ * safely (the engine unpacker: unpack.ts); by default any link refuses the archive. `refuse`: the
+ * caller's error for an entry refused (a model archive's 400 `unsafe_archive` by default).
  */
-export type TarOptions = { links?: "none" | "inside" };
+export type TarOptions = { links?: "none" | "handed-on"; refuse?: (why: string) => HttpError };
 
 const badArchive = (why: string) => badRequest("invalid_archive", `the model archive is not a valid tar: ${why}`);
 
@@ -109,29 +113,6 @@ function paxRecords(bytes: Uint8Array): Pending {
   return out;
 }
 
-/** A name as a message shows it: quoted, and cut short (a PAX record may hold a mebibyte). */
-const shown = (name: string) => JSON.stringify(name.length > 200 ? `${name.slice(0, 200)}…` : name);
-
-/** Why an entry named `name` would land outside the folder the archive is unpacked in; undefined when it stays inside. */
-export function outside(name: string): string | undefined {
-  if (name.startsWith("/")) return `the entry ${shown(name)} has an absolute path`;
-  if (name.split("/").includes("..")) return `the entry ${shown(name)} climbs out of the archive (..)`;
-  return undefined;
-}
-
-/** Whether a symbolic link at `name` to `target` resolves inside the archive's folder. */
-function linkStaysInside(name: string, target: string): boolean {
-  if (target.startsWith("/")) return false;
-  const parts = name.replace(/^\.\//, "").split("/").slice(0, -1);
-  for (const part of target.split("/")) {
-    if (part === "..") {
-      if (parts.length === 0) return false;
-      parts.pop();
-    } else if (part !== "." && part !== "") parts.push(part);
-  }
-  return true;
-}
-
 const LINKS: Record<string, string> = { "1": "a hard link", "2": "a symbolic link" };
 
 const padding = (size: number) => (BLOCK - (size % BLOCK)) % BLOCK;
@@ -164,11 +145,11 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
         if (type === "K") pending = { ...pending, linkpath: text(data) };
         continue;
       }
-      const unsafe = outside(name);
-      if (unsafe) throw unsafeArchive(unsafe);
+      const placed = entryParts(name);
+      if ("why" in placed) throw (options.refuse ?? unsafeArchive)(placed.why);
       const link = LINKS[type] ? pending.linkpath ?? text(header.subarray(157, 257)) : undefined;
-      if (link !== undefined && !(options.links === "inside" && type === "2" && linkStaysInside(name, link))) {
-        throw unsafeArchive(`the entry ${shown(name)} is ${LINKS[type]} (to ${shown(link)}): ${options.links === "inside" ? "only symbolic links that stay inside are taken" : "a model archive holds files only"}`);
+      if (link !== undefined && options.links !== "handed-on") {
+        throw unsafeArchive(`the entry ${shown(name)} is ${LINKS[type]} (to ${shown(link)}): a model archive holds files only`);
       }
       const mode = numberField(header.subarray(100, 108)) & 0o777;
       pending = {};
@@ -185,7 +166,7 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
         },
         { highWaterMark: 0 },
       );
-      yield { name: name.replace(/^\.\//, ""), size, type, mode, ...(link !== undefined ? { link } : {}), body: entry };
+      yield { name: placed.parts.join("/"), parts: placed.parts, size, type, mode, ...(link !== undefined ? { link } : {}), body: entry };
       // Whatever the consumer left of the entry, then its padding.
       for (let skip = left + padding(size); skip > 0; ) {
         const chunk = await source.some(Math.min(skip, 1 << 20));
@@ -199,7 +180,7 @@ export async function* readTar(body: ReadableStream<Uint8Array>, stallMs: number
 }
 
 /** What a header may say besides a regular file's name and size: its mode, a folder, a symbolic link. */
-export type HeaderOptions = { mode?: number; type?: "0" | "2" | "5"; link?: string };
+export type HeaderOptions = { mode?: number; type?: "0" | "1" | "2" | "5"; link?: string };
 
 /** A ustar header for a regular file (base-256 size past 8 GiB, as GNU tar and Go write it), or as `options` say. */
 export function tarHeader(name: string, size: number, mtime = 0, options: HeaderOptions = {}): Uint8Array {
