@@ -7,7 +7,7 @@ import { requestErrorReporter } from "./http/request-errors.ts";
 import { callerScope, cameTrusted } from "./http/guard.ts";
 import { createKeyring } from "./keys/keyring.ts";
 import { openBatches } from "./batches/index.ts";
-import { anthropicRoutes } from "./dialects/anthropic.ts";
+import { anthropicRoutes } from "./dialects/anthropic/routes.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
 import { decisionRoutes } from "./decisions/routes.ts";

@@ -26,7 +26,6 @@ export const requestTimedOut = (model: string, ms: number) =>
 const TOKEN_FIELDS: Partial<Record<Endpoint, string[]>> = {
   "chat/completions": ["max_tokens", "max_completion_tokens", "n_predict"],
   completions: ["max_tokens", "max_completion_tokens", "n_predict"],
-  messages: ["max_tokens"],
   responses: ["max_output_tokens", "max_tokens", "max_completion_tokens", "n_predict"],
 };
 

@@ -8,8 +8,8 @@
 
 type Refusal = { error?: { type?: string; n_prompt_tokens?: number; n_ctx?: number } };
 
-/** The chat dialects' paths, whose bodies hold a conversation. */
-const CONVERSATIONS = new Set(["/v1/chat/completions", "/v1/messages", "/v1/responses"]);
+/** The chat dialects' paths, whose bodies hold a conversation (Anthropic's Messages come as chats). */
+const CONVERSATIONS = new Set(["/v1/chat/completions", "/v1/responses"]);
 
 /** Items of a conversation that only come after the model's first answer. */
 const LATER_ITEMS = new Set(["function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "reasoning"]);

@@ -16,11 +16,12 @@ const tokens = z.array(z.number().int());
 const textOrTokens = z.union([z.string(), z.array(z.string()), tokens, z.array(tokens)]);
 
 const Chat = z.looseObject({ model, messages: z.array(Message, { error: "messages must be an array" }).min(1) });
+/** A chat's shape (also what an Anthropic count_tokens body must have). */
+export const CHAT_SCHEMA = Chat;
 const Completion = z.looseObject({ model, prompt: textOrTokens });
 const Embedding = z.looseObject({ model, input: textOrTokens });
-// Anthropic's Messages API: llama-server serves it natively; it answers a body without messages
-// with a 500, so the shape is checked here.
-const Messages = Chat.extend({ max_tokens: z.number({ error: "max_tokens is required" }).int().positive() });
+// Anthropic's Messages API, checked in its own terms before its dialect translates it into a chat.
+export const MESSAGES_SCHEMA = Chat.extend({ max_tokens: z.number({ error: "max_tokens is required" }).int().positive() });
 
 // OpenAI's Responses API: a string or a list of input items.
 const Responses = z.looseObject({ model, input: z.union([z.string(), z.array(z.unknown()).min(1)], { error: "input must be a string or an array of items" }) });
@@ -45,8 +46,7 @@ export type Endpoint =
   | "chat/completions"
   | "completions"
   | "embeddings"
-  | "messages"
-  | "messages/count_tokens"
+  | "chat/completions/input_tokens"
   | "responses"
   | "rerank"
   | "tokenize"
@@ -57,8 +57,8 @@ export const ENDPOINTS: Record<Endpoint, { mode: Mode; schema: z.ZodType<{ model
   "chat/completions": { mode: "completion", schema: Chat },
   completions: { mode: "completion", schema: Completion },
   embeddings: { mode: "embedding", schema: Embedding },
-  messages: { mode: "completion", schema: Messages },
-  "messages/count_tokens": { mode: "completion", schema: Chat },
+  // llama-server's count of a chat's prompt (Anthropic's count_tokens, translated, asks it).
+  "chat/completions/input_tokens": { mode: "completion", schema: Chat },
   responses: { mode: "completion", schema: Responses },
   rerank: { mode: "reranking", schema: Rerank },
   tokenize: { mode: "completion", schema: Tokenize, path: "/tokenize" },

@@ -88,7 +88,7 @@ export function inferenceRoutes(deps: InferenceDeps): Route[] {
 }
 
 /** Endpoints that generate or embed: timed for the latency histograms (token counting is not). */
-const TIMED = new Set<Endpoint>(["chat/completions", "completions", "embeddings", "messages", "responses"]);
+const TIMED = new Set<Endpoint>(["chat/completions", "completions", "embeddings", "responses"]);
 
 /** How a dialect's route asks for one request. */
 export type InferOptions = {
@@ -187,12 +187,9 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
 
 /**
  * Endpoints whose prompt a slot keeps: a session's requests there go back to its slot
- * (src/scheduler/affinity.ts). Anthropic's Messages only take turns by session: llama-server
- * v0.5.0 translates them to a chat keeping only the fields it knows, and drops `id_slot`, so no
- * slot can be named for them (it picks by longest shared prefix itself).
+ * (src/scheduler/affinity.ts). Anthropic's Messages come here as chats (src/dialects/anthropic/).
  */
-const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "messages", "responses"]);
-const SLOTLESS = new Set<Endpoint>(["messages"]);
+const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "responses"]);
 
 /**
  * The agent session a request belongs to and the digest of its prompt's start. Where prompts are
@@ -202,7 +199,6 @@ function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request,
   if (!deps.sessionAffinity || !CONVERSING.has(endpoint)) return {};
   const session = sessionOf(request.headers, json);
   if (session === undefined) return {};
-  if (SLOTLESS.has(endpoint)) return { session, placed: false };
   const prefix = prefixOf(json);
   return { session, prefix: prefix !== undefined && deps.promptsPerKey ? `${caller.name}:${prefix}` : prefix };
 }
@@ -211,7 +207,7 @@ function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request,
  * Endpoints that count or turn text into tokens and process none: each is a request for the ledger,
  * but the tokens its answer names (count_tokens' `input_tokens`) are not used, nor held to a key's limit.
  */
-const UNTOKENED = new Set<Endpoint>(["messages/count_tokens", "tokenize", "detokenize"]);
+const UNTOKENED = new Set<Endpoint>(["chat/completions/input_tokens", "tokenize", "detokenize"]);
 
 /** A timer told of the answer's end but not of its text (so no tokens are read from it). */
 const tokenless = (timer: RequestTimer): RequestTimer => ({ firstByte: () => timer.firstByte(), end: (ok) => timer.end(ok, "") });

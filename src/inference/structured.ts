@@ -39,12 +39,11 @@ function schemas(endpoint: Endpoint, body: Body): Found[] {
   if (isObject(format) && format.type === "json_object" && "schema" in format) found.push({ where: "response_format.schema", schema: format.schema, strict: false });
   if ("json_schema" in body && body.json_schema !== null) found.push({ where: "json_schema", schema: body.json_schema, strict: false });
   objects(body.tools).forEach((tool, i) => {
-    // OpenAI chat nests a function; Responses and Anthropic do not; Anthropic names its schema input_schema.
+    // OpenAI chat nests a function; Responses does not.
     const fn = isObject(tool.function) ? tool.function : tool;
-    const key = endpoint === "messages" ? "input_schema" : "parameters";
-    if (fn[key] === undefined) return;
-    const where = endpoint === "chat/completions" ? `tools[${i}].function.${key}` : `tools[${i}].${key}`;
-    found.push({ where, schema: fn[key], strict: fn.strict === true });
+    if (fn.parameters === undefined) return;
+    const where = endpoint === "chat/completions" ? `tools[${i}].function.parameters` : `tools[${i}].parameters`;
+    found.push({ where, schema: fn.parameters, strict: fn.strict === true });
   });
   return found;
 }
@@ -52,17 +51,16 @@ function schemas(endpoint: Endpoint, body: Body): Found[] {
 const toolName = (tool: Tool) => (isObject(tool.function) ? tool.function.name : tool.name);
 
 /**
- * A tool_choice naming one function: OpenAI chat's {type: "function", function: {name}}, the
- * Responses API's {type: "function", name}, Anthropic's {type: "tool", name}. llama-server reads
- * the first two as "auto" and the third as "required" over every tool: so only the named tool is
- * offered, and a call is required.
+ * A tool_choice naming one function: OpenAI chat's {type: "function", function: {name}} (Anthropic's
+ * {type: "tool", name}, translated), the Responses API's {type: "function", name}. llama-server
+ * reads them as "auto": so only the named tool is offered, and a call is required.
  */
 function namedToolChoice(endpoint: Endpoint, body: Body): Body | undefined {
   const choice = body.tool_choice;
   if (!isObject(choice)) return undefined;
-  const name = endpoint === "messages" ? (choice.type === "tool" ? choice.name : undefined) : choice.type === "function" ? (isObject(choice.function) ? choice.function.name : choice.name) : undefined;
+  const name = choice.type === "function" ? (isObject(choice.function) ? choice.function.name : choice.name) : undefined;
   if (typeof name !== "string") return undefined;
   const tools = objects(body.tools).filter((tool) => toolName(tool) === name);
   if (tools.length === 0) throw badRequest("invalid_tool_choice", `tool_choice names the function "${name}", which is not among the tools`);
-  return { ...body, tools, tool_choice: endpoint === "messages" ? choice : "required" };
+  return { ...body, tools, tool_choice: "required" };
 }

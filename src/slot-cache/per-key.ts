@@ -11,10 +11,7 @@ import type { RunnerProcess, StartRunner } from "../scheduler/types.ts";
 // with `cache_prompt: false`, so llama-server processes its whole prompt and reuses nothing. A
 // runner that only one key has used reuses its cache as before; one that several keys have shared
 // reuses none until it is stopped.
-//
-// llama-server's Anthropic endpoint (v0.5.0) drops `cache_prompt` as it translates the body: there a
-// request still reuses any cache. Its answer's count of cached tokens is folded into `input_tokens`
-// (the total is the same), so the count says nothing; its time to answer still may (docs/security.md).
+// Anthropic's Messages come as chats too (src/dialects/anthropic/), so `cache_prompt` holds for them.
 
 /** The header forward() names a request's key in; read and removed here, never sent to llama-server. */
 export const KEY_HEADER = "x-llamadock-key";
@@ -45,8 +42,7 @@ export function withPromptsPerKey(start: StartRunner): StartRunner {
       const alone = [...held].every((name) => name === key);
       held.add(key);
       if (alone) return runner.fetch(input, { ...init, headers });
-      const answer = runner.fetch(input, { ...init, headers, body: withoutReuse(init.body) });
-      return new URL(input instanceof Request ? input.url : input).pathname === "/v1/messages" ? answer.then(foldCachedCount) : answer;
+      return runner.fetch(input, { ...init, headers, body: withoutReuse(init.body) });
     }) as typeof globalThis.fetch;
     const { copySlot, parking } = runner;
     return { fetch, exited: runner.exited, running: () => runner.running(), stop: (held) => runner.stop(held), kill: () => runner.kill(), ...(copySlot ? { copySlot: (from: number) => copySlot.call(runner, from) } : {}), ...(parking ? { parking } : {}) };
@@ -63,39 +59,4 @@ function withoutReuse(body: RequestInit["body"]): RequestInit["body"] {
   } catch {
     return body; // not JSON: checked before it came here, so never; sent as it is
   }
-}
-
-/** An Anthropic answer (whole, or a stream whose first event carries the usage) without its cached count. */
-async function foldCachedCount(response: Response): Promise<Response> {
-  if (!response.body) return response;
-  const headers = new Headers(response.headers);
-  headers.delete("content-length");
-  const init = { status: response.status, statusText: response.statusText, headers };
-  if (!headers.get("content-type")?.includes("text/event-stream")) return new Response(fold(await response.text()), init);
-  // The usage comes in the first event, message_start: held until it is whole, the rest passes as it comes.
-  const decoder = new TextDecoder();
-  const encoder = new TextEncoder();
-  let head: string | undefined = "";
-  const stream = response.body.pipeThrough(
-    new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, out) {
-        if (head === undefined) return out.enqueue(chunk);
-        head += decoder.decode(chunk, { stream: true });
-        if (!head.includes("\n\n")) return;
-        out.enqueue(encoder.encode(fold(head)));
-        head = undefined;
-      },
-      flush(out) {
-        if (head) out.enqueue(encoder.encode(fold(head + decoder.decode())));
-      },
-    }),
-  );
-  return new Response(stream, init);
-}
-
-/** `cache_read_input_tokens` made 0, its tokens added to `input_tokens` (the first of each: one usage). */
-export function fold(text: string): string {
-  const cached = Number(/"cache_read_input_tokens":(\d+)/.exec(text)?.[1] ?? 0);
-  if (!cached) return text;
-  return text.replace(/"cache_read_input_tokens":\d+/, '"cache_read_input_tokens":0').replace(/"input_tokens":(\d+)/, (_, n: string) => `"input_tokens":${Number(n) + cached}`);
 }

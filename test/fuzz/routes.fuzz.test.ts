@@ -11,7 +11,7 @@ import { webRoutes } from "../../src/web/routes.ts";
 import { loadConfig } from "../../src/config.ts";
 import { engineRoutes } from "../../src/inference/engines.ts";
 import { createMetrics } from "../../src/inference/metrics.ts";
-import { anthropicRoutes } from "../../src/dialects/anthropic.ts";
+import { anthropicRoutes } from "../../src/dialects/anthropic/routes.ts";
 import { createResponseStore, responsesRoutes } from "../../src/dialects/responses.ts";
 import { ollamaRoutes } from "../../src/dialects/ollama/routes.ts";
 import { rerankRoutes } from "../../src/dialects/rerank.ts";

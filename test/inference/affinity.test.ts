@@ -51,7 +51,7 @@ describe("agent sessions sharing a runner", () => {
     expect(again.prompt_n).toBeLessThan(60);
   });
 
-  it("Claude Code's session (its header, on /v1/messages) is left to llama-server's own choice of slot, which finds its conversation", async () => {
+  it("Claude Code's session (its header, on /v1/messages) lands on its slot and reuses its whole conversation, though other sessions ran between", async () => {
     const messages = (extra: object[]) => [{ role: "user", content: "Fix the failing test in parser.ts, please." }, ...extra];
     const send = async (extra: object[]) => {
       const body = { model: "ai/agent", system: system("gamma"), messages: messages(extra), max_tokens: 2, temperature: 0 };
@@ -60,6 +60,8 @@ describe("agent sessions sharing a runner", () => {
       return answer.json().usage as { input_tokens: number; cache_read_input_tokens: number };
     };
     const opened = await send([]);
+    // Other sessions of the same agent on every other slot (llama-server alone would have picked any free slot for them).
+    await Promise.all(Array.from({ length: SLOTS }, (_, i) => turn("gamma", `other-${i}`, [{ role: "user", content: `Task ${i}: write the docs.` }])));
     const again = await send([{ role: "assistant", content: "I read it." }, { role: "user", content: "Run the tests." }]);
     expect(again.cache_read_input_tokens, JSON.stringify(again)).toBeGreaterThanOrEqual(opened.input_tokens + opened.cache_read_input_tokens - 1);
   });

@@ -42,7 +42,7 @@ const MODEL = "ai/long";
 const MAX_TOKENS = 6;
 
 /** What a client reports: the prompt's tokens, the part of them read from the cache, the tokens generated. */
-type Reported = { prompt: number; cached: number; output: number; putIn?: true };
+type Reported = { prompt: number; cached: number; output: number };
 type Dialect = (text: string, stream: boolean) => Promise<Reported>;
 
 const anthropic = () => new Anthropic({ baseURL: stack.url, apiKey: "unused", maxRetries: 0 });
@@ -54,9 +54,6 @@ function fromAnthropic(usage: { input_tokens: number; cache_read_input_tokens?: 
   const cached = usage.cache_read_input_tokens ?? 0;
   return { prompt: usage.input_tokens + cached + (usage.cache_creation_input_tokens ?? 0), cached, output: usage.output_tokens };
 }
-
-/** How llama-server's message_start is told from ours: its ids are chatcmpl-…, ours msg_…. */
-const fromLlamaServer = (id: string) => id.startsWith("chatcmpl-");
 
 /** An Anthropic stream through the official client: its events checked, its final usage. */
 async function anthropicStream(body: Anthropic.MessageCreateParamsNonStreaming): Promise<Reported> {
@@ -72,8 +69,8 @@ async function anthropicStream(body: Anthropic.MessageCreateParamsNonStreaming):
   const { output_tokens: _, ...input } = start.message.usage;
   expect(delta.usage).toMatchObject(input);
   expect(final.usage).toMatchObject({ ...input, output_tokens: delta.usage.output_tokens });
-  if (fromLlamaServer(start.message.id)) return fromAnthropic(final.usage);
-  return { ...fromAnthropic(final.usage), putIn: true };
+  expect(start.message.id).toMatch(/^msg_/);
+  return fromAnthropic(final.usage);
 }
 
 const DIALECTS: Record<string, Dialect> = {
@@ -198,14 +195,7 @@ describe.each(Object.keys(DIALECTS))("%s", (name) => {
       const logged = await nextTask(before);
       const size = await promptSize(text);
       const counted = { prompt: size, cached: size - logged.processed, output: logged.generated };
-      if (reported.putIn) {
-        // llama-server's stream said nothing of the prompt: its cached part is read from the slots
-        // while the generation runs, unknown (all of it input) once that has ended (see docs/api.md).
-        const { putIn: _, ...rest } = reported;
-        expect([counted, { ...counted, cached: 0 }], what).toContainEqual(rest);
-      } else {
-        expect(reported, what).toEqual(counted);
-      }
+      expect(reported, what).toEqual(counted);
       if (what === "uncached") expect(counted.cached, what).toBeLessThan(size / 2);
       else expect(counted.cached, what).toBeGreaterThan(size / 2);
       if (what === "cached") expect(logged.processed, what).toBe(1);
@@ -246,39 +236,6 @@ describe("several streams at once", () => {
   it.each(Object.keys(DIALECTS))("%s: 12 long prompts, 4 at a time, each with its whole prompt counted", streamsAtOnce);
 });
 
-/**
- * An Anthropic stream without llama-server's message_start, still generating when it is asked about,
- * has its cached part as llama-server counted it.
- */
-async function cachedPartFromSlots(): Promise<void> {
-  const base = prompt("slots");
-  await anthropicStream({ model: MODEL, max_tokens: 1, messages: [{ role: "user", content: base }] });
-  // The same prefix with a new tail each time (a first token of its own) until llama-server leaves
-  // out a stream's message_start (one stream in a few, on random weights) in a generation still
-  // running when it is asked about; one that has ended has its cached part unknown (all input).
-  for (let tries = 0; tries < 100; tries++) {
-    const text = `${base} Question ${tries}?`;
-    const before = await lastTask();
-    const reported = await anthropicStream({ model: MODEL, max_tokens: 400, messages: [{ role: "user", content: text }] });
-    const logged = await nextTask(before);
-    if (!reported.putIn) continue;
-    const size = await promptSize(text);
-    const counted = { prompt: size, cached: size - logged.processed, output: logged.generated, putIn: true };
-    expect(counted.cached).toBeGreaterThan(size / 2);
-    if (reported.cached === 0) {
-      expect(reported).toEqual({ ...counted, cached: 0 });
-      continue;
-    }
-    expect(reported).toEqual(counted);
-    return;
-  }
-  throw new Error("in 100 streams, none lacked message_start in a generation still running when asked");
-}
-
-describe("an Anthropic stream without llama-server's message_start, still generating when it is asked", () => {
-  it("has its cached part as llama-server counted it, read from the runner's slots", cachedPartFromSlots);
-});
-
 describe("counting tokens", () => {
   it("is a request in the ledger, but no prompt was processed: no tokens", async () => {
     const text = prompt("count");
@@ -306,23 +263,18 @@ describe("an agent's request: system blocks and tools (the chat model's tool tem
     messages: [{ role: "user", content: "Fix the failing test in main.ts, then run the tests again." }],
   };
 
-  it("llama-server's count_tokens of the body as sent (how a stream without message_start is counted) is the prompt it generates from; streams report it", async () => {
+  it("its count_tokens is the prompt it generates from, and streams report it, all but the last token from the cache", async () => {
     const whole = fromAnthropic((await anthropic().messages.create(body)).usage);
     expect(whole.prompt).toBeGreaterThan(500);
-    const sockets = (await readdir(join(stack.dir, "run"))).filter((name) => name.endsWith(".sock"));
-    const counts = await Promise.all(
-      sockets.map(async (socket) => (await ask({ socketPath: join(stack.dir, "run", socket) }, "POST", "/v1/messages/count_tokens", { ...body, stream: true })).json().input_tokens as number),
-    );
-    expect(counts).toContain(whole.prompt); // the chat model's runner (the other one's template differs)
+    expect((await anthropic().messages.countTokens(body)).input_tokens).toBe(whole.prompt);
     for (let i = 0; i < 3; i++) {
       const reported = await anthropicStream(body);
-      expect(reported.prompt).toBe(whole.prompt);
-      expect([whole.prompt - 1, ...(reported.putIn ? [0] : [])]).toContain(reported.cached);
+      expect([reported.prompt, reported.cached]).toEqual([whole.prompt, whole.prompt - 1]);
     }
   });
 });
 
-// The reshaped stream and the runner's side questions (a POST with the body, a GET) on the other runtimes.
+// The translated stream on the other runtimes.
 describe.each(["node", "deno"] as const)("under %s", (runtime) => {
   let bun: { stack: Stack; generations: number };
   beforeAll(async () => {
@@ -335,5 +287,4 @@ describe.each(["node", "deno"] as const)("under %s", (runtime) => {
   });
 
   it("Anthropic streams: 12 long prompts, 4 at a time, each with its whole prompt counted", () => streamsAtOnce("anthropic messages"));
-  it("an Anthropic stream without llama-server's message_start has its cached part from the runner's slots", cachedPartFromSlots);
 });

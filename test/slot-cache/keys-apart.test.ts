@@ -106,6 +106,11 @@ describe("per key, in the other dialects", () => {
       body: (content: string) => ({ model: "ai/talk", max_output_tokens: 2, input: [{ role: "user", content }] }),
       cached: (json: any) => (json.usage.input_tokens_details?.cached_tokens ?? 0) as number,
     },
+    anthropic: {
+      path: "/v1/messages",
+      body: (content: string) => ({ model: "ai/talk", max_tokens: 2, messages: [{ role: "user", content }] }),
+      cached: (json: any) => json.usage.cache_read_input_tokens as number,
+    },
   };
 
   it.each(Object.keys(DIALECTS) as (keyof typeof DIALECTS)[])("%s: the key's own prompt reuses its cache, another key's reuses nothing", async (dialect) => {
@@ -123,9 +128,9 @@ describe("per key, in the other dialects", () => {
     expect(await send("bob", `${START}\nline 40: bob guesses`)).toBe(0);
   }, 120_000);
 
-  // llama-server (v0.5.0) drops cache_prompt from an Anthropic body: the cache is reused all the same,
-  // and what the answer says of it is folded into input_tokens (the total stays llama-server's).
-  it("anthropic: another key's count of cached tokens is folded into its input tokens, whole or streamed", async () => {
+  // Anthropic's Messages go to llama-server as chats (with cache_prompt: false for another key):
+  // nothing of alice's is reused for bob, whole or streamed, and his usage counts his whole prompt.
+  it("anthropic: another key's prompt reuses nothing, whole or streamed", async () => {
     const body = (content: string, stream: boolean) => ({ model: "ai/talk", max_tokens: 2, stream, messages: [{ role: "user", content }] });
     await unload();
     await forgetSaved();
@@ -140,7 +145,7 @@ describe("per key, in the other dialects", () => {
     expect(start.message.usage.cache_read_input_tokens).toBe(0);
     expect(start.message.usage.input_tokens).toBeGreaterThan(LONG);
     expect(streamed.body).toContain("message_stop");
-    // Its usage counts the same prompt tokens as before the fold.
+    // Its usage counts the whole prompt.
     const usage = await ask({ url: stack.url }, "GET", "/engines/usage?key=bob&by=key", undefined, { authorization: `Bearer ${KEYS.alice}` });
     expect(usage.json().total.prompt_tokens).toBeGreaterThan(LONG);
   }, 120_000);

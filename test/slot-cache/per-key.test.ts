@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { fold, KEY_HEADER, promptHolders, withPromptsPerKey } from "../../src/slot-cache/per-key.ts";
+import { KEY_HEADER, promptHolders, withPromptsPerKey } from "../../src/slot-cache/per-key.ts";
 import type { RunnerProcess, RunnerSpec } from "../../src/scheduler/types.ts";
 
 // Which requests may reuse a runner's caches when prompts are kept per key: a stand-in runner
@@ -56,11 +56,3 @@ describe("prompts per key", () => {
   });
 });
 
-describe("an Anthropic answer's cached count, folded into its input tokens", () => {
-  it.each([
-    ["a whole answer", '{"content":[{"type":"text","text":"\\"input_tokens\\":1"}],"usage":{"cache_read_input_tokens":30,"input_tokens":4,"output_tokens":2}}', '{"content":[{"type":"text","text":"\\"input_tokens\\":1"}],"usage":{"cache_read_input_tokens":0,"input_tokens":34,"output_tokens":2}}'],
-    ["a stream's message_start", 'event: message_start\ndata: {"type":"message_start","message":{"usage":{"cache_read_input_tokens":7,"input_tokens":3,"output_tokens":0}}}\n\n', 'event: message_start\ndata: {"type":"message_start","message":{"usage":{"cache_read_input_tokens":0,"input_tokens":10,"output_tokens":0}}}\n\n'],
-    ["nothing cached: unchanged", '{"usage":{"cache_read_input_tokens":0,"input_tokens":4}}', '{"usage":{"cache_read_input_tokens":0,"input_tokens":4}}'],
-    ["no usage: unchanged", '{"error":{"message":"x"}}', '{"error":{"message":"x"}}'],
-  ])("%s", (_name, text, folded) => expect(fold(text)).toBe(folded));
-});

@@ -4,7 +4,7 @@ import { timingsIn } from "../latency.ts";
 // (never parsed whole: a stream is not kept). Each dialect's answer says it its own way: `timings`
 // (OpenAI chat and completions, Responses), OpenAI's `usage` (embeddings, rerank), Anthropic's
 // `usage`: the prompt in three parts (input, read from the cache, written to it), which a stream's
-// last usage (`message_delta`, made whole by src/dialects/anthropic-usage.ts) repeats beside its output.
+// last usage (`message_delta`, src/dialects/anthropic/stream.ts) repeats beside its output.
 
 export type TokenCounts = { prompt: number; completion: number };
 
