@@ -91,6 +91,9 @@ async function main(): Promise<void> {
       INFERENCE_LOG_DIR: join(dir, "logs"),
       INFERENCE_SETTINGS_PATH: join(dir, "engine-settings.json"),
       BATCHES_PATH: join(dir, "batches"),
+      // Each batch holds its input's size again on its key's file quota until it ends: ten of
+      // 200 MiB are past the default 2 GiB. What is measured here is memory, not the quota.
+      KEY_MAX_FILE_BYTES: "0",
       ...(running ? { BATCHES_RUNNING: running } : {}),
     };
     const launch = async () => {

@@ -72,7 +72,7 @@ function toConfig(s: SettingValues) {
       engines: { path: s.ENGINES_PATH ?? join(s.MODELS_PATH, "engines"), default: s.ENGINE_DEFAULT },
       usagePath: s.USAGE_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "usage.json"),
       usageBounds: { maxRows: s.USAGE_MAX_ROWS, keepDays: s.USAGE_KEEP_DAYS },
-      batches: { path: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"), perKey: s.BATCHES_PER_KEY, running: s.BATCHES_RUNNING },
+      batches: { path: s.BATCHES_PATH ?? join(dirname(s.INFERENCE_SETTINGS_PATH), "batches"), perKey: s.BATCHES_PER_KEY, running: s.BATCHES_RUNNING, keepMs: s.BATCHES_KEEP, keptPerKey: s.BATCHES_KEPT_PER_KEY },
       memory: { budget: s.INFERENCE_MEMORY_BUDGET, reserve: s.INFERENCE_MEMORY_RESERVE, minContext: s.INFERENCE_MIN_CONTEXT, gpu: s.INFERENCE_GPU },
       slotCache: { path: s.INFERENCE_SLOT_CACHE_PATH ?? join(s.MODELS_PATH, "slot-cache"), budgetBytes: s.INFERENCE_SLOT_CACHE_BUDGET, saveTimeoutMs: s.INFERENCE_SLOT_CACHE_SAVE_TIMEOUT_MS, parking: s.INFERENCE_SLOT_PARKING },
       promptsPerKey: s.INFERENCE_PROMPT_CACHE_PER_KEY,

@@ -99,6 +99,10 @@ export const Settings = z.object({
   // (the others wait their turn: the key with the fewest running first, then the oldest).
   BATCHES_PER_KEY: z.coerce.number().int().nonnegative().default(10),
   BATCHES_RUNNING: z.coerce.number().int().min(1).default(2),
+  // Ended batches' records: kept this long after they ended, and each key's latest so many (0: no
+  // bound); older ones go (their output and error files stay the key's, on its quota).
+  BATCHES_KEEP: z.string().regex(KEEP_ALIVE_PATTERN, 'a duration like "720h"').refine((v) => !v.startsWith("-") && keepAliveMs(v) > 0, 'a duration like "720h", more than 0').default("720h").transform(keepAliveMs),
+  BATCHES_KEPT_PER_KEY: z.coerce.number().int().nonnegative().default(100),
   // OpenAI Files: the largest upload, how long an upload may send nothing, and what each key may
   // keep (its uploads and its batches' results; 0: no bound), admin keys and the Unix socket too.
   FILE_MAX_BYTES: size("200MiB"),

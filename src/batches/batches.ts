@@ -1,11 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile, stat } from "node:fs/promises";
+import { Buffer } from "node:buffer";
+import { mkdir, readdir, readFile, stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
 import { HttpError } from "../http/errors.ts";
 import { writeFileAtomic } from "../models/store/files.ts";
-import type { FileStore } from "./files.ts";
+import type { FileRecord, FileStore } from "./files.ts";
+import { pastKeeping, type Keeping } from "./keep.ts";
+import { BATCH_FILES, overQuota, plus, type Quota, type ResultsRoom } from "./quota.ts";
 import { createTurns } from "./turns.ts";
-import { append, checkInput, doneIn, pendingLines, type BatchEndpoint, type InputLine, type LineError, type ResultLine } from "./lines.ts";
+import { append, checkInput, doneIn, pendingLines, resultLine, type BatchEndpoint, type InputLine, type LineError, type ResultLine } from "./lines.ts";
 
 // OpenAI's Batch API: a batch's lines run in the background, a few at a time, each as a request of
 // its owner's key in the runners' batch lane (served only while no interactive request waits, and
@@ -16,6 +19,13 @@ import { append, checkInput, doneIn, pendingLines, type BatchEndpoint, type Inpu
 // their turn (turns.ts): a server restarted with many unfinished batches does not take them all up
 // together, and what batches cost at once (their reads of the input, their sets of custom_ids) is
 // bounded.
+//
+// What a batch writes is held to its key's file quota (quota.ts): it is created only with room for
+// its output and error files and its input's size again, holds that room until it ends, and its
+// results take more room as they need it; a result that finds none is not written, and the batch
+// ends `failed` (quota_exceeded) with the results it has. An ended batch's record is kept for a
+// while, and a key keeps its latest so many (keep.ts): older ones go, from memory and disk (their
+// output and error files stay the key's, on its quota, until it deletes them).
 
 export type BatchStatus = "validating" | "failed" | "in_progress" | "finalizing" | "completed" | "expired" | "cancelling" | "cancelled";
 
@@ -43,7 +53,12 @@ export type Batch = {
   owner: string;
   /** When it was created, in ms: the order batches take their turns in (records from before it have none). */
   created_ms?: number;
+  /** When it ended, in ms: which of its key's ended batches are the latest (records from before it have none). */
+  ended_ms?: number;
 };
+
+/** What a batch's creator asks for. */
+export type BatchFields = { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null };
 
 /** Runs one line for `owner`: the status and JSON body of its answer. */
 export type RunLine = (line: InputLine, owner: string, signal: AbortSignal) => Promise<{ status: number; body: unknown }>;
@@ -55,15 +70,17 @@ export type BatchLimits = {
   running: number;
   /** The longest input line read (longer ones fail validation): the inference body limit. */
   maxLineBytes: number;
-};
+} & Keeping;
 
 /** Lines of one batch running at once: enough to fill free slots, few enough to wait politely. */
 const LINES_AT_ONCE = 2;
 const WINDOW_S = 24 * 3600;
 const SAVE_EVERY_MS = 1000;
 const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
+/** How often records past their keep are looked for (at most: a shorter keep, that often). */
+const SWEEP_EVERY_MS = 3600_000;
 
-export const shownBatch = ({ owner: _, created_ms: __, ...batch }: Batch) => batch;
+export const shownBatch = ({ owner: _, created_ms: __, ended_ms: ___, ...batch }: Batch) => batch;
 const createdMs = (batch: Batch) => batch.created_ms ?? batch.created_at * 1000;
 
 /** The batch's input is not on disk any more (deleted, or its record lost): the batch fails. */
@@ -73,8 +90,20 @@ class InputGone extends Error {
   }
 }
 
-export function createBatches(dir: string, files: FileStore, run: RunLine, limits: BatchLimits) {
+/** The batch's results found no room left on its key's file quota: it stops there. */
+class QuotaReached extends Error {
+  constructor(owner: string, maxBytes: number) {
+    super(`${owner} may keep ${maxBytes} bytes of files (KEY_MAX_FILE_BYTES): this batch's results reached that, and it stopped there; the results written are in its output and error files (a line whose result did not fit has none)`);
+  }
+}
+
+/** A file's size, 0 when it is not there. */
+const sizeOf = async (path: string) => (await stat(path).catch(() => undefined))?.size ?? 0;
+
+export function createBatches(dir: string, files: FileStore, run: RunLine, limits: BatchLimits, quota: Quota) {
   const batches = new Map<string, Batch>();
+  /** The room on its key's quota of each batch not yet ended (released as it ends). */
+  const rooms = new Map<string, ResultsRoom>();
   const turns = createTurns<Batch>(limits.running, (batch) => work(batch).catch((error: Error) => fail(batch, error)));
   let lastCreatedMs = 0;
   /** No line starts once aborted; `cut` aborts the lines still running when the grace is over. */
@@ -112,7 +141,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
       const { requests, errors } = await checkInput(input, batch.endpoint, limits.maxLineBytes).catch(gone(batch));
       if (errors.length) {
         batch.errors = { object: "list", data: errors };
-        return enter(batch, "failed");
+        return end(batch, "failed");
       }
       batch.request_counts.total = requests;
       // A cancel may have come while the input was read (TypeScript cannot know it changed).
@@ -132,17 +161,26 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     const [completed, failures] = await Promise.all([doneIn(output), doneIn(failed)]);
     batch.request_counts.completed = completed.size;
     batch.request_counts.failed = failures.size;
+    const room = rooms.get(batch.id)!;
+    room.found((await sizeOf(output)) + (await sizeOf(failed)));
+    /** Set once a result finds no room: no line starts after it. */
+    let full: QuotaReached | undefined;
     const done = { has: (id: string) => completed.has(id) || failures.has(id), size: completed.size + failures.size };
     const pending = pendingLines(input, batch.endpoint, limits.maxLineBytes, done);
     let saved = Date.now();
     const next = async () => {
-      while (batch.status === "in_progress" && !stopping.signal.aborted) {
+      while (batch.status === "in_progress" && !stopping.signal.aborted && !full) {
         if (now() > batch.expires_at) return void (await enter(batch, "expired"));
         const { value: line, done: read } = await pending.next().catch(gone(batch));
         if (read) return;
         const result = await outcome(line, batch.owner);
         const ok = result.response !== null && result.response.status_code < 400;
-        await append(ok ? output : failed, result);
+        const text = resultLine(result);
+        if (!(await room.take(Buffer.byteLength(text)))) {
+          full ??= new QuotaReached(batch.owner, quota.limits.keyMaxBytes);
+          return;
+        }
+        await append(ok ? output : failed, text);
         batch.request_counts[ok ? "completed" : "failed"]++;
         if (Date.now() - saved >= SAVE_EVERY_MS) {
           saved = Date.now();
@@ -155,6 +193,8 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     } finally {
       await pending.return(undefined);
     }
+    // Thrown once the lines running have ended (and written what fits), so that none writes after the files are handed over.
+    if (full) throw full;
   }
 
   async function outcome(line: InputLine, owner: string): Promise<ResultLine> {
@@ -173,19 +213,34 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
       const meta = { filename: `${batch.id}_${name}.jsonl`, purpose: "batch_output" as const, owner: batch.owner };
       const id = `file-${batch.id}-${name}`;
       if (await files.get(id)) return id; // adopted before a restart
-      const bytes = (await stat(path(batch.id, kind)).catch(() => undefined))?.size ?? 0;
-      return bytes > 0 ? (await files.adopt(path(batch.id, kind), meta, id)).id : null;
+      return (await sizeOf(path(batch.id, kind))) > 0 ? (await files.adopt(path(batch.id, kind), meta, id)).id : null;
     };
     batch.output_file_id = await adopt("output.jsonl", "output");
     batch.error_file_id = await adopt("errors.jsonl", "errors");
-    await enter(batch, status ?? (batch.status === "cancelling" ? "cancelled" : batch.status === "expired" ? "expired" : "completed"));
+    await end(batch, status ?? (batch.status === "cancelling" ? "cancelled" : batch.status === "expired" ? "expired" : "completed"));
+  }
+
+  /**
+   * The batch's last status; its room on the quota is released (its results, if any, are the
+   * key's files by now: counted in the store), and the key's ended batches past its bound go. In
+   * one step, before the record is saved: a client told the batch ended finds its room free.
+   */
+  async function end(batch: Batch, status: BatchStatus): Promise<void> {
+    batch.ended_ms = Date.now();
+    const saved = enter(batch, status); // its status is set at once
+    rooms.get(batch.id)?.release();
+    rooms.delete(batch.id);
+    sweep();
+    await saved;
+    if (!batches.has(batch.id)) forget(batch); // gone meanwhile (a keep of a few ms): not brought back by the save
   }
 
   /** A batch that cannot go on ends `failed`, with why and the results it has, instead of hanging. */
   async function fail(batch: Batch, error: Error): Promise<void> {
     console.error(`batch ${batch.id}: ${error.message}`);
-    if (stopping.signal.aborted && !(error instanceof InputGone)) return; // resumed at the next start
-    batch.errors = { object: "list", data: [{ code: error instanceof InputGone ? "input_file_missing" : "batch_failed", message: error.message, line: null }] };
+    const code = error instanceof InputGone ? "input_file_missing" : error instanceof QuotaReached ? "quota_exceeded" : "batch_failed";
+    if (stopping.signal.aborted && code === "batch_failed") return; // resumed at the next start
+    batch.errors = { object: "list", data: [{ code, message: error.message, line: null }] };
     await finalize(batch, "failed").catch((cause: Error) => console.error(`batch ${batch.id}: cannot record its failure (${cause.message})`));
   }
 
@@ -193,7 +248,26 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     if (!FINISHED.includes(batch.status)) turns.add(batch);
   }
 
-  /** The batches kept, read once at start (those not ended wait their turn, oldest first); every lookup waits for it. */
+  /** Ended, results handed over, room released: a record that may go. */
+  const over = (batch: Batch) => FINISHED.includes(batch.status) && !rooms.has(batch.id);
+
+  /** The record goes, from memory at once and from disk (with any results file left beside it). */
+  function forget(batch: Batch): void {
+    batches.delete(batch.id);
+    const paths = [path(batch.id, "json"), path(batch.id, "output.jsonl"), path(batch.id, "errors.jsonl")];
+    void Promise.all(paths.map((p) => unlink(p).catch((error: NodeJS.ErrnoException) => error.code === "ENOENT" || console.error(`batch ${batch.id}: cannot remove ${p} (${error.message})`))));
+  }
+
+  /** Drops the ended batches past their keep, and each key's past its latest (keep.ts). */
+  const sweep = () => pastKeeping([...batches.values()].filter(over), limits, Date.now()).forEach(forget);
+  const sweeper = setInterval(sweep, Math.min(limits.keepMs, SWEEP_EVERY_MS));
+  (sweeper as { unref?: () => void }).unref?.();
+
+  /**
+   * The batches kept, read once at start: those ended past their keep, or past their key's bound,
+   * go; those not ended take their room on their key's quota again and wait their turn, oldest
+   * first. Every lookup waits for it.
+   */
   const loaded = (async () => {
     await mkdir(dir, { recursive: true });
     const kept: Batch[] = [];
@@ -203,61 +277,87 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
     for (const batch of kept) batches.set(batch.id, batch);
     lastCreatedMs = Math.max(0, ...kept.map(createdMs));
+    for (const batch of kept.filter((b) => !FINISHED.includes(b.status))) {
+      rooms.set(batch.id, quota.resultsRoom(batch.owner, (await files.get(batch.input_file_id))?.bytes ?? 0));
+    }
+    sweep();
     for (const batch of kept) start(batch);
   })();
   loaded.catch((error: Error) => console.error(`batches: cannot resume (${error.message})`));
 
-  /** Refuses a batch past `owner`'s bound of batches not yet ended. */
-  function admit(owner: string): void {
+  /** Refuses a batch past `owner`'s bound of batches not yet ended, or without room on its quota for what it will write. */
+  async function admit(owner: string, input: Pick<FileRecord, "bytes">): Promise<void> {
     const open = [...batches.values()].filter((b) => b.owner === owner && !FINISHED.includes(b.status)).length;
     if (limits.perKey > 0 && open >= limits.perKey) {
       // A place frees when a batch ends (minutes to hours): OpenAI's clients, which retry a 429
       // within seconds unless told not to, are told not to.
       throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`, { "x-should-retry": "false" });
     }
+    const full = overQuota(owner, plus(await quota.held(owner), { files: BATCH_FILES, bytes: input.bytes }), quota.limits, {}, "batch");
+    if (full) throw full;
+  }
+
+  /** Creates the batch once admitted, with its room on its key's quota (in the key's turn). */
+  async function admitted(owner: string, fields: BatchFields, input: Pick<FileRecord, "bytes">): Promise<Batch> {
+    await admit(owner, input);
+    // Strictly after the one before, so that two batches created in the same ms keep their order.
+    lastCreatedMs = Math.max(Date.now(), lastCreatedMs + 1);
+    const created = Math.floor(lastCreatedMs / 1000);
+    const batch: Batch = {
+      id: `batch_${randomBytes(12).toString("hex")}`,
+      object: "batch",
+      ...fields,
+      errors: null,
+      status: "validating",
+      output_file_id: null,
+      error_file_id: null,
+      created_at: created,
+      in_progress_at: null,
+      expires_at: created + WINDOW_S,
+      finalizing_at: null,
+      completed_at: null,
+      failed_at: null,
+      expired_at: null,
+      cancelling_at: null,
+      cancelled_at: null,
+      request_counts: { total: 0, completed: 0, failed: 0 },
+      owner,
+      created_ms: lastCreatedMs,
+    };
+    batches.set(batch.id, batch);
+    rooms.set(batch.id, quota.resultsRoom(owner, input.bytes));
+    try {
+      await save(batch);
+    } catch (error) {
+      batches.delete(batch.id);
+      rooms.get(batch.id)?.release();
+      rooms.delete(batch.id);
+      throw error;
+    }
+    start(batch);
+    return batch;
   }
 
   return {
-    async create(owner: string, fields: { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null }): Promise<Batch> {
+    /** A new batch of `owner` reading `input` (the file `fields.input_file_id` names). */
+    async create(owner: string, fields: BatchFields, input: Pick<FileRecord, "bytes">): Promise<Batch> {
       await loaded;
-      // Strictly after the one before, so that two batches created in the same ms keep their order.
-      lastCreatedMs = Math.max(Date.now(), lastCreatedMs + 1);
-      const created = Math.floor(lastCreatedMs / 1000);
-      const batch: Batch = {
-        id: `batch_${randomBytes(12).toString("hex")}`,
-        object: "batch",
-        ...fields,
-        errors: null,
-        status: "validating",
-        output_file_id: null,
-        error_file_id: null,
-        created_at: created,
-        in_progress_at: null,
-        expires_at: created + WINDOW_S,
-        finalizing_at: null,
-        completed_at: null,
-        failed_at: null,
-        expired_at: null,
-        cancelling_at: null,
-        cancelled_at: null,
-        request_counts: { total: 0, completed: 0, failed: 0 },
-        owner,
-        created_ms: lastCreatedMs,
-      };
-      // Counted and taken in one step: two requests at once cannot both take the last place.
-      admit(owner);
-      batches.set(batch.id, batch);
-      try {
-        await save(batch);
-      } catch (error) {
-        batches.delete(batch.id);
-        throw error;
-      }
-      start(batch);
-      return batch;
+      // Counted and taken in one step (the key's turn on its quota): two requests at once cannot
+      // both take the last place, or the last room.
+      return quota.turn(owner, () => admitted(owner, fields, input));
     },
-    get: async (id: string) => (await loaded, batches.get(id)),
-    list: async () => (await loaded, [...batches.values()].sort((a, b) => b.created_at - a.created_at)),
+    async get(id: string) {
+      await loaded;
+      const batch = batches.get(id);
+      if (!batch || !over(batch) || pastKeeping([batch], limits, Date.now()).length === 0) return batch;
+      forget(batch); // past its keep, not yet swept
+      return undefined;
+    },
+    async list() {
+      await loaded;
+      sweep();
+      return [...batches.values()].sort((a, b) => b.created_at - a.created_at);
+    },
     /** Lines running finish; no other starts; then the batch is `cancelled` with what it has. */
     async cancel(batch: Batch): Promise<Batch> {
       if (batch.status !== "validating" && batch.status !== "in_progress") return batch;
@@ -270,6 +370,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     /** No line starts after this; resolves once the lines running have ended, or after `graceMs`. */
     async stop(graceMs: number): Promise<void> {
       stopping.abort();
+      clearInterval(sweeper);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
       await Promise.race([turns.close(), grace]);

@@ -130,11 +130,14 @@ const resultId = (text: string): string | undefined => {
   }
 };
 
-/** Appends one result line; resolves once it is written (the process may end right after). */
-export async function append(path: string, result: ResultLine): Promise<void> {
+/** A result as its results file holds it: a line of JSON. */
+export const resultLine = (result: ResultLine) => `${JSON.stringify(result)}\n`;
+
+/** Appends one result line (see resultLine); resolves once it is written (the process may end right after). */
+export async function append(path: string, line: string): Promise<void> {
   const file = await open(path, "a");
   try {
-    await file.write(`${JSON.stringify(result)}\n`);
+    await file.write(line);
   } finally {
     await file.close();
   }

@@ -4,30 +4,48 @@ import type { Route } from "../http/router.ts";
 import { readJson } from "../http/body.ts";
 import * as z from "zod";
 import type { Caller } from "../keys/keyring.ts";
+import type { Limiter } from "../keys/limits.ts";
 import { shownBatch, type Batch, type Batches } from "./batches.ts";
 import { shown, type FileRecord, type FileStore } from "./files.ts";
 import { inTurn } from "./in-turn.ts";
-import type { FileLimits } from "./quota.ts";
+import type { FileLimits, Quota } from "./quota.ts";
 import { uploadHandler } from "./upload.ts";
 import { BATCH_ENDPOINTS } from "./lines.ts";
 
 // OpenAI's Files (`purpose: "batch"`) and Batch API, under every base path clients use. A key sees
 // its own files and batches (any other's are 404, as if they did not exist); an admin key, the
-// Unix socket, and everyone where no keys are asked see all.
+// Unix socket, and everyone where no keys are asked see all. A batch's creation is a request of
+// its key, held to its request limits (keys/limits.ts) as an inference request is.
 
 const BASES = ["/v1", "/engines/v1", "/engines/llama.cpp/v1"];
 /** A batch in these still reads its input file. */
 const UNFINISHED: Batch["status"][] = ["validating", "in_progress", "finalizing", "cancelling"];
 
+/** OpenAI's bounds on metadata: it is kept in the batch's record, rewritten and read back whole. */
+const METADATA = { pairs: 16, keyChars: 64, valueChars: 512 };
+const Metadata = z
+  .record(z.string().max(METADATA.keyChars, `a metadata key may hold ${METADATA.keyChars} characters`), z.string().max(METADATA.valueChars, `a metadata value may hold ${METADATA.valueChars} characters`))
+  .refine((m) => Object.keys(m).length <= METADATA.pairs, `metadata may hold ${METADATA.pairs} pairs`);
+
 const CreateBatch = z.object({
   input_file_id: z.string({ error: "input_file_id is required" }).min(1),
   endpoint: z.enum(BATCH_ENDPOINTS, { error: `endpoint must be one of ${BATCH_ENDPOINTS.join(", ")}` }),
   completion_window: z.literal("24h", { error: 'completion_window must be "24h"' }),
-  metadata: z.record(z.string(), z.string()).nullish(),
+  metadata: Metadata.nullish(),
 });
 
-export function batchRoutes(files: FileStore, batches: Batches, limits: FileLimits, identify: (request: Request) => Caller): Route[] {
-  const upload = uploadHandler(files, limits, identify);
+export type BatchRouteDeps = {
+  files: FileStore;
+  batches: Batches;
+  quota: Quota;
+  limits: FileLimits;
+  identify: (request: Request) => Caller;
+  /** Each key's request limits, which a batch's creation counts against (none: not limited). */
+  limiter?: Limiter;
+};
+
+export function batchRoutes({ files, batches, quota, limits, identify, limiter }: BatchRouteDeps): Route[] {
+  const upload = uploadHandler(files, quota, limits, identify);
   // A file's delete and a batch's creation on it, each a check and a change, in turn per file.
   const turn = inTurn();
   const mine = (request: Request, owner: string) => {
@@ -46,15 +64,22 @@ export function batchRoutes(files: FileStore, batches: Batches, limits: FileLimi
     return found;
   };
 
+  /** Counted against the key's request limits first (a refusal's 429 says when to come back), then the batch's bounds (batches.ts). */
   async function create(request: Request): Promise<Response> {
-    const body = await readJson(request, 64 * 1024, CreateBatch);
-    const made = await turn(body.input_file_id, async () => {
-      const input = await files.get(body.input_file_id);
-      if (!input || !mine(request, input.owner)) throw gone(body.input_file_id);
-      if (input.purpose !== "batch") throw badRequest("invalid_input_file", "the input file's purpose must be batch");
-      return batches.create(identify(request).name, { ...body, metadata: body.metadata ?? null });
-    });
-    return Response.json(shownBatch(made));
+    const caller = identify(request);
+    const admitted = limiter?.admit(caller);
+    try {
+      const body = await readJson(request, 64 * 1024, CreateBatch);
+      const made = await turn(body.input_file_id, async () => {
+        const input = await files.get(body.input_file_id);
+        if (!input || !mine(request, input.owner)) throw gone(body.input_file_id);
+        if (input.purpose !== "batch") throw badRequest("invalid_input_file", "the input file's purpose must be batch");
+        return batches.create(caller.name, { ...body, metadata: body.metadata ?? null }, input);
+      });
+      return Response.json(shownBatch(made), { headers: admitted?.headers ?? {} });
+    } finally {
+      admitted?.done(0);
+    }
   }
 
   /** Streamed from disk; a file deleted since it was looked up is 404 too. */

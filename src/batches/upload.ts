@@ -3,8 +3,7 @@ import { badRequest, clientGone, HttpError } from "../http/errors.ts";
 import type { Caller } from "../keys/keyring.ts";
 import { shown, type FileStore, type Incoming } from "./files.ts";
 import { boundaryOf, MultipartError, readParts } from "./multipart.ts";
-import { inTurn } from "./in-turn.ts";
-import { heldBy, overQuota, plus, type FileLimits, type Holding } from "./quota.ts";
+import { overQuota, plus, type FileLimits, type Quota } from "./quota.ts";
 
 // POST /v1/files: the form streamed to disk as it arrives, held to the bytes actually received
 // (a Content-Length is only believed when it refuses early: a chunked body has none, and a body
@@ -28,11 +27,7 @@ const tooLarge = (limit: number, headers: Record<string, string> = {}) =>
 const tooSlow = (ms: number) => new HttpError(408, "timeout_error", "upload_timeout", `the upload sent nothing for ${ms} ms (FILE_UPLOAD_IDLE_TIMEOUT_MS)`, CLOSE);
 const invalidForm = (message: string, headers: Record<string, string> = {}) => new HttpError(400, "invalid_request_error", "invalid_form", message, headers);
 
-export function uploadHandler(files: FileStore, limits: FileLimits, identify: (request: Request) => Caller) {
-  const underWay = uploadsUnderWay();
-  const stored = async (owner: string) => heldBy(await files.list(), owner);
-  const turn = inTurn();
-
+export function uploadHandler(files: FileStore, quota: Quota, limits: FileLimits, identify: (request: Request) => Caller) {
   return async function upload(request: Request): Promise<Response> {
     const boundary = boundaryOf(request.headers.get("content-type"));
     const declared = Number(request.headers.get("content-length") ?? NaN);
@@ -41,17 +36,19 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
     if (!boundary) throw invalidForm("expected multipart/form-data with purpose and file", refusing);
     const owner = identify(request).name;
     // Refused before a byte is read: no room for another file, or for the file the length declares.
-    const kept = await stored(owner);
+    // What the key keeps on disk is looked up here and at the end; what is held for it in memory
+    // (its other uploads under way, its batches not yet ended) is counted anew at each check.
+    const stored = await quota.stored(owner);
     const declaredFile = { files: 1, bytes: Math.max(0, declared - FORM_BYTES) || 0 };
-    const refusal = overQuota(owner, plus(plus(kept, underWay.of(owner)), declaredFile), limits, refusing);
+    const refusal = overQuota(owner, plus(plus(stored, quota.holding(owner)), declaredFile), limits, refusing);
     if (refusal) throw refusal;
 
-    const mine = underWay.start(owner);
+    const mine = quota.hold(owner, { files: 1, bytes: 0 });
     /** The file's chunks, counted as they come and checked against the size bound and the quota. */
     async function* counted(content: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
       for await (const chunk of content) {
         mine.bytes += chunk.byteLength;
-        const over = mine.bytes > limits.maxBytes ? tooLarge(limits.maxBytes, refusing) : overQuota(owner, plus(kept, underWay.of(owner)), limits, refusing);
+        const over = mine.bytes > limits.maxBytes ? tooLarge(limits.maxBytes, refusing) : overQuota(owner, plus(stored, quota.holding(owner)), limits, refusing);
         if (over) {
           mine.release(); // at once: the key's other uploads under way no longer count this one
           throw over;
@@ -69,8 +66,8 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
       const whole = incoming;
       // Checked again against the store as it is now (another upload of the key may have ended
       // meanwhile), and kept in the same turn.
-      const created = await turn(owner, async () => {
-        const over = overQuota(owner, plus(await stored(owner), underWay.of(owner)), limits);
+      const created = await quota.turn(owner, async () => {
+        const over = overQuota(owner, await quota.held(owner), limits);
         if (over) throw over;
         const file = await files.adopt(whole.path, { filename: form.filename || "upload.jsonl", purpose: "batch", owner });
         mine.release(); // counted in the store from now on
@@ -82,27 +79,6 @@ export function uploadHandler(files: FileStore, limits: FileLimits, identify: (r
       mine.release();
       if (incoming) await files.discard(incoming);
     }
-  };
-}
-
-/** Each owner's uploads under way: a file each, with the bytes it has received so far. */
-function uploadsUnderWay() {
-  const receiving = new Map<string, Set<Holding>>();
-  return {
-    of: (owner: string): Holding => [...(receiving.get(owner) ?? [])].reduce(plus, { files: 0, bytes: 0 }),
-    /** A new upload of `owner`: its bytes are added as they come; counted until released. */
-    start(owner: string): Holding & { release(): void } {
-      const upload = {
-        files: 1,
-        bytes: 0,
-        release() {
-          receiving.get(owner)?.delete(upload);
-          if (receiving.get(owner)?.size === 0) receiving.delete(owner);
-        },
-      };
-      receiving.set(owner, (receiving.get(owner) ?? new Set()).add(upload));
-      return upload;
-    },
   };
 }
 

@@ -98,6 +98,7 @@ export function createInference(
     ...(admits ? { admits } : {}),
     ...(identify ? { identify } : {}),
     meter: createMeter(ledger, limiter),
+    limiter,
     promptsPerKey: config.promptsPerKey,
     sessionAffinity: config.sessionAffinity,
   };

@@ -17,6 +17,7 @@ import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 import { structuredRequest } from "./structured.ts";
 import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
+import type { Limiter } from "../keys/limits.ts";
 import { bothTimers, type Meter, type Ticket } from "./usage/meter.ts";
 import type { RequestTimer } from "./latency.ts";
 import { prefixOf, sessionOf } from "./session.ts";
@@ -42,6 +43,8 @@ export type InferenceDeps = {
   identify?: (request: Request) => Caller;
   /** Counts each request for its key and model, and holds it to the key's limits. */
   meter?: Meter;
+  /** The keys' request limits alone (the meter's), for a request of a key that is not inference: a batch's creation. */
+  limiter?: Limiter;
   /** Each request's key is named to its runner, which reuses caches per key (src/slot-cache/per-key.ts). */
   promptsPerKey?: boolean;
   /** Agent sessions' requests are placed on their runner's slots (src/scheduler/affinity.ts). */

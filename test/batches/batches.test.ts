@@ -6,11 +6,12 @@ import { ask } from "../support/http.ts";
 import { NO_EARLY_STOP, startStack, type Stack } from "../inference/harness.ts";
 
 // OpenAI's Files and Batch API through the official client (openai): upload, create, poll,
-// download, cancel, a restart and a crash in the middle of a batch, a key's bound on batches,
-// against the server as users run it with real runners. Lines run as their owner's requests
-// (counted in its usage), in the batch lane. (The engine's ordering and disk cases: engine.test.ts.)
+// download, cancel, a restart and a crash in the middle of a batch, a key's bound on batches, the
+// room a batch waiting its turn holds on its file quota, against the server as users run it with
+// real runners. Lines run as their owner's requests (counted in its usage), in the batch lane.
+// (The engine's ordering and disk cases: engine.test.ts; a key's other bounds: limits.test.ts.)
 
-const KEYS = { batcher: "sk-batcher-61f0d2", other: "sk-other-0a77c9" };
+const KEYS = { batcher: "sk-batcher-61f0d2", other: "sk-other-0a77c9", holder: "sk-holder-3e95b1" };
 /** A batch runs this many lines at once (src/batches/batches.ts). */
 const LINES_AT_ONCE = 2;
 const PER_KEY = 3;
@@ -21,7 +22,7 @@ const client = (key = KEYS.batcher) => new OpenAI({ baseURL: `${stack.url}/v1`, 
 
 beforeAll(async () => {
   stack = await startStack({ models: ["ai/tiny"], embedders: ["ai/embed"] });
-  await writeFile(join(stack.dir, "keys"), `${KEYS.batcher} name=batcher\n${KEYS.other} name=other\n`);
+  await writeFile(join(stack.dir, "keys"), `${KEYS.batcher} name=batcher\n${KEYS.other} name=other\n${KEYS.holder} name=holder\n`);
   settings = { API_KEYS_FILE: join(stack.dir, "keys"), INFERENCE_SLOTS: "2", BATCHES_PER_KEY: String(PER_KEY) };
   await stack.restart(settings);
 }, 180_000);
@@ -228,5 +229,27 @@ describe("batches through the openai client", () => {
     open.push(await client(KEYS.other).batches.create({ input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h" }));
     for (const b of open) await client(KEYS.other).batches.cancel(b.id).catch(() => undefined);
     for (const b of open) expect(finished(await poll(b.id, finished, "end", KEYS.other))).toBe(true);
+  });
+
+  it("a batch waiting its turn holds its room on its key's file quota: another batch, or an upload, that would fit without it is refused; cancelled, room again", async () => {
+    // One batch at a time, and a quota that holds the input twice but not three times.
+    await stack.restart({ ...settings, BATCHES_RUNNING: "1", KEY_MAX_FILE_BYTES: "2MiB" });
+    const blocker = await submit(Array.from({ length: 200 }, (_, i) => chatLine(`b${i}`, 64)), "/v1/chat/completions", KEYS.other);
+    await poll(blocker.id, (b) => (b.request_counts?.completed ?? 0) >= 1, "the other key's batch running", KEYS.other);
+    // 900 KiB of input: its lines never run (the batch is cancelled while it waits its turn).
+    const big = Array.from({ length: 100 }, (_, i) => ({ ...chatLine(`w${i}`), body: { ...chatLine(`w${i}`).body, messages: [{ role: "user", content: "w".repeat(9 * 1024) }] } }));
+    const input = await client(KEYS.holder).files.create({ file: await toFile(Buffer.from(jsonl(big)), "big.jsonl"), purpose: "batch" });
+    expect(input.bytes).toBeGreaterThan(2 * 1024 * 1024 - 2 * input.bytes); // a third would not fit
+    const waiting = await client(KEYS.holder).batches.create({ input_file_id: input.id, endpoint: "/v1/chat/completions", completion_window: "24h" });
+    const second = await client(KEYS.holder).batches.create({ input_file_id: input.id, endpoint: "/v1/chat/completions", completion_window: "24h" }).catch((error: unknown) => error);
+    expect(second).toMatchObject({ status: 429, code: "quota_exceeded", message: expect.stringContaining("KEY_MAX_FILE_BYTES") });
+    const upload = async () => client(KEYS.holder).files.create({ file: await toFile(Buffer.alloc(400 * 1024, "{}\n"), "more.jsonl"), purpose: "batch" });
+    await expect(upload()).rejects.toMatchObject({ status: 429, code: "quota_exceeded" });
+    expect((await client(KEYS.holder).batches.retrieve(waiting.id)).status).toBe("validating"); // it was waiting all along
+    await client(KEYS.holder).batches.cancel(waiting.id);
+    expect((await poll(waiting.id, finished, "end", KEYS.holder)).status).toBe("cancelled");
+    expect((await upload()).bytes).toBe(400 * 1024);
+    await client(KEYS.other).batches.cancel(blocker.id);
+    await poll(blocker.id, finished, "end", KEYS.other);
   });
 });

@@ -5,8 +5,10 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createBatches, type Batch, type BatchLimits, type RunLine } from "../../src/batches/batches.ts";
 import { nextTurn } from "../../src/batches/turns.ts";
 import { createFileStore, type FileStore } from "../../src/batches/files.ts";
+import { createQuota } from "../../src/batches/quota.ts";
 import { ERRORS_LISTED, MAX_REQUESTS } from "../../src/batches/lines.ts";
 import { HttpError } from "../../src/http/errors.ts";
+import { until as waitFor } from "../support/until.ts";
 
 // The batch engine in-process, on a real file store in a temporary folder, its lines run by a
 // small scripted RunLine: which batches run when, what a restart resumes, what happens when the
@@ -26,11 +28,13 @@ afterEach(async () => {
   }
 });
 
-function open(run: RunLine, limits: Partial<BatchLimits> = {}) {
+/** An engine on the folder's store; no quota unless given. */
+function open(run: RunLine, limits: Partial<BatchLimits> = {}, quotaLimits = { keyMaxFiles: 0, keyMaxBytes: 0 }) {
   const files = createFileStore(join(dir, "files"));
-  const batches = createBatches(join(dir, "batches"), files, run, { perKey: 0, running: 2, maxLineBytes: 1 << 20, ...limits });
+  const quota = createQuota(files, quotaLimits);
+  const batches = createBatches(join(dir, "batches"), files, run, { perKey: 0, running: 2, maxLineBytes: 1 << 20, keepMs: 3600_000, keptPerKey: 0, ...limits }, quota);
   engines.push(batches);
-  return { files, batches };
+  return { files, batches, quota };
 }
 
 const line = (id: string) => ({ custom_id: id, method: "POST", url: "/v1/chat/completions", body: { model: "m" } });
@@ -44,7 +48,7 @@ const inputOf = (ids: string[]) => ids.map((id) => JSON.stringify(line(id))).joi
 
 async function create(engine: ReturnType<typeof open>, ids: string[], owner = "alice") {
   const file = await upload(engine.files, inputOf(ids), owner);
-  return engine.batches.create(owner, { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null });
+  return engine.batches.create(owner, { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, file);
 }
 
 /** Polls the batch (every 10 ms, bounded) until `done` holds. */
@@ -223,7 +227,7 @@ describe("validation keeps only what it must", () => {
   it("lists the first errors and counts the others", async () => {
     const engine = open(answering());
     const file = await upload(engine.files, "not json\n".repeat(ERRORS_LISTED + 50));
-    const batch = await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null });
+    const batch = await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, file);
     const failed = await until(engine, batch.id, ended, "end");
     expect(failed.status).toBe("failed");
     expect(failed.errors!.data).toHaveLength(ERRORS_LISTED + 1);
@@ -243,7 +247,86 @@ describe("validation keeps only what it must", () => {
     const many = await create(engine, Array.from({ length: MAX_REQUESTS + 1 }, (_, i) => `m${i}`));
     expect((await until(engine, many.id, ended, "end")).errors!.data).toEqual([{ code: "too_many_requests", message: `a batch may hold ${MAX_REQUESTS} requests`, line: MAX_REQUESTS + 1 }]);
     const file = await upload(engine.files, `${JSON.stringify(line("ok"))}\n${JSON.stringify({ ...line("long"), body: { text: "x".repeat(300) } })}\n`);
-    const long = await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null });
+    const long = await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, file);
     expect((await until(engine, long.id, ended, "end")).errors!.data.map((e) => [e.code, e.line])).toEqual([["line_too_long", 2]]);
+  });
+});
+
+describe("a batch's room on its key's file quota", () => {
+  /** Lines answered 200 with a body of `bytes` characters. */
+  const answeringWith = (bytes: number): RunLine => async (l) => ({ status: 200, body: { ok: l.custom_id, text: "x".repeat(bytes) } });
+
+  it("is held from its creation to its end, waiting its turn too: its input's size again and two files; a batch without room is refused, another key's is not", async () => {
+    const input = inputOf(["a0", "a1"]);
+    const size = Buffer.byteLength(input);
+    const engine = open(hanging, { running: 1 }, { keyMaxFiles: 10, keyMaxBytes: 3 * size - 1 });
+    await create(engine, ["bob-0"], "bob"); // takes the only turn, for ever
+    const file = await upload(engine.files, input);
+    const waiting = await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, file);
+    expect(engine.quota.holding("alice")).toEqual({ files: 2, bytes: size });
+    const refused = await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, file).catch((error: unknown) => error);
+    expect(refused).toMatchObject({ status: 429, type: "rate_limit_error", code: "quota_exceeded", headers: { "x-should-retry": "false" } });
+    expect((refused as Error).message).toContain("KEY_MAX_FILE_BYTES");
+    expect((await engine.batches.list()).filter((b) => b.owner === "alice")).toHaveLength(1);
+    // Ended, it holds nothing more; room again.
+    await engine.batches.cancel(waiting);
+    await until(engine, waiting.id, ended, "end");
+    expect(engine.quota.holding("alice")).toEqual({ files: 0, bytes: 0 });
+    await engine.batches.create("alice", { input_file_id: file.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, file);
+    // Another key's room is its own.
+    const bobs = await upload(engine.files, inputOf(["b0"]), "bob");
+    await engine.batches.create("bob", { input_file_id: bobs.id, endpoint: "/v1/chat/completions", completion_window: "24h", metadata: null }, bobs);
+  });
+
+  it("results that outgrow the quota stop where the next would cross it: the batch fails (quota_exceeded) with what it wrote, never past the quota", async () => {
+    const ids = Array.from({ length: 20 }, (_, i) => `q${i}`);
+    const size = Buffer.byteLength(inputOf(ids));
+    const limit = size + 2000; // the input, and 2000 bytes of results: four or so of the lines' 400
+    const engine = open(answeringWith(300), {}, { keyMaxFiles: 10, keyMaxBytes: limit });
+    const batch = await create(engine, ids);
+    const failed = await until(engine, batch.id, ended, "end");
+    expect(failed.status).toBe("failed");
+    expect(failed.errors?.data).toEqual([{ code: "quota_exceeded", message: expect.stringContaining("KEY_MAX_FILE_BYTES"), line: null }]);
+    const written = await results(engine.files.dataPath(failed.output_file_id!));
+    expect(written.length).toBe(failed.request_counts.completed);
+    expect(written.length).toBeGreaterThan(2);
+    expect(written.length).toBeLessThan(ids.length);
+    const held = await engine.quota.held("alice");
+    expect(held.bytes).toBeLessThanOrEqual(limit);
+    expect(limit - held.bytes).toBeLessThan(500); // it stopped at the first result that did not fit
+    expect(engine.quota.holding("alice")).toEqual({ files: 0, bytes: 0 });
+  });
+
+  it("is taken again at a restart by the batches resumed, with what their results already hold", async () => {
+    let calls = 0;
+    const first = open((l, owner, signal) => (++calls <= 2 ? answeringWith(500)(l, owner, signal) : hanging(l, owner, signal)), { running: 1 });
+    const batch = await create(first, ["r0", "r1", "r2"]);
+    await until(first, batch.id, (b) => b.request_counts.completed === 2, "two lines");
+    await first.batches.stop(0);
+    const written = (await readFile(join(dir, "batches", `${batch.id}.output.jsonl`))).length;
+    const second = open(hanging, { running: 1 }, { keyMaxFiles: 10, keyMaxBytes: 10 * written });
+    await second.batches.list(); // read back
+    expect(second.quota.holding("alice").files).toBe(2);
+    expect(written).toBeGreaterThan((await second.files.get(batch.input_file_id))!.bytes); // its results, more than its input
+    await waitFor(() => second.quota.holding("alice").bytes === written, "its results counted as it resumes");
+    expect(second.quota.holding("alice")).toEqual({ files: 2, bytes: written });
+  });
+});
+
+describe("ended batches kept", () => {
+  it("a key keeps its latest ended, by when they ended: one that ran long and ended last is kept, the first to end goes", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const engine = open(async (l) => (l.custom_id.startsWith("slow") ? await gate : undefined, { status: 200, body: {} }), { keptPerKey: 2 });
+    const slow = await create(engine, ["slow-0"]);
+    const quick = [];
+    for (const id of ["q0", "q1"]) quick.push(await until(engine, (await create(engine, [id])).id, ended, "end"));
+    release();
+    await until(engine, slow.id, ended, "end");
+    expect((await engine.batches.list()).map((b) => b.id).sort()).toEqual([slow.id, quick[1]!.id].sort());
+    expect(await engine.batches.get(quick[0]!.id)).toBeUndefined();
+    // Its record goes from disk; its output file stays the key's.
+    await expect(readFile(join(dir, "batches", `${quick[0]!.id}.json`))).rejects.toMatchObject({ code: "ENOENT" });
+    expect(await engine.files.get(quick[0]!.output_file_id!)).toMatchObject({ owner: "alice", purpose: "batch_output" });
   });
 });
