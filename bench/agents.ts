@@ -1,102 +1,130 @@
 import { detectRuntime } from "../src/runtime/index.ts";
 import { startStack } from "../test/inference/harness.ts";
-import { startDirectRunner } from "./direct-runner.ts";
+import { wideChatModel } from "../test/support/wide-model.ts";
+import { ourRunnerFetch, startDirectRunner } from "./direct-runner.ts";
 
-// Coding agents sharing one runner: K synthetic agent sessions at once, each opening with the same
-// long start (a system prompt and tools, as sessions of one agent in one folder send), then T
-// turns of its own growing history (a task, the model's streamed answer, the next task), through
-// our server and straight to a llama-server started with the very flags of our runner, in one run.
-// For each side: the prompt tokens llama-server processed (its own `timings.prompt_n`, summed)
-// against the ideal (each distinct token once: the start once, each session's own tokens once),
-// time to first token per turn (median, p90), the whole run's time, and the turns that processed
-// their own history again. K = the slots, then twice the slots.
+// Coding agents sharing one runner, in time as well as tokens: K sessions of one agent shape open
+// together over one long start (a system prompt and 12 tools, as sessions of one agent in one
+// folder send), then take T turns each, every turn a task and the model's streamed answer of A
+// tokens, the next turn sending that history back. Each shape as its agent speaks it:
+//   chat      OpenAI chat completions, the session as `prompt_cache_key` (opencode, scripts);
+//   messages  Anthropic Messages, system blocks, Anthropic tools, `x-claude-code-session-id` (Claude Code);
+//   responses OpenAI Responses, `instructions`, input items, the `session-id` header (Codex).
+// Through our server, and straight to a llama-server started with the very flags of our runner
+// (its own Messages and Responses endpoints), sides alternating, one shape at a time, in one run.
+// For each side and round: the prompt tokens its runner processed (llama-server's own count, its
+// /metrics `prompt_tokens_total`, before and after) against the ideal (the start once and each
+// session's own tokens in the opening round; in later rounds, what is new in each turn), and the
+// round's time; then the whole run's time, ours over llama-server's.
 //
-//   npm run bench:agents    (BENCH_SLOTS: slots of the runner, default 3; BENCH_TURNS: T, default 4;
-//                            BENCH_PREFIX_CHARS: the start's length, system prompt and tools, default 26000: ~20k tokens;
-//                            BENCH_ANSWER: tokens a turn's answer streams, default 16;
-//                            BENCH_SESSIONS: K, one run of it alone, default both K = slots and K = 2x slots)
+//   npm run bench:agents      BENCH_MODEL: wide (default: random weights 128 wide, 4 layers, a 65k
+//                             context, so that an 8k-token start takes seconds on two cores) or tiny;
+//                             BENCH_SHAPES (chat,messages,responses), BENCH_SESSIONS (6),
+//                             BENCH_SLOTS (4, the default), BENCH_TURNS (3), BENCH_ANSWER (200 tokens),
+//                             BENCH_PREFIX_CHARS (9000: about 8k tokens)
 
-const SLOTS = Number(process.env.BENCH_SLOTS ?? 3);
-const TURNS = Number(process.env.BENCH_TURNS ?? 4);
-const PREFIX_CHARS = Number(process.env.BENCH_PREFIX_CHARS ?? 26_000);
-const ANSWER = Number(process.env.BENCH_ANSWER ?? 16);
-const KS = process.env.BENCH_SESSIONS ? [Number(process.env.BENCH_SESSIONS)] : [SLOTS, 2 * SLOTS];
+const SHAPES = (process.env.BENCH_SHAPES ?? "chat,messages,responses").split(",") as Shape[];
+const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 6);
+const SLOTS = Number(process.env.BENCH_SLOTS ?? 4);
+const TURNS = Number(process.env.BENCH_TURNS ?? 3);
+const ANSWER = Number(process.env.BENCH_ANSWER ?? 200);
+const PREFIX_CHARS = Number(process.env.BENCH_PREFIX_CHARS ?? 9000);
+const WIDE = (process.env.BENCH_MODEL ?? "wide") === "wide";
 const MODEL = "ai/agent";
-/** The tiny chat model (byte-level BPE, a ChatML template with tools), with room for the start and the history in each slot. */
-const SHAPE = { vocabulary: "bpe" as const, seed: 1, context: 32768 };
+const SHAPE = WIDE ? wideChatModel({ width: 128, layers: 4, context: 65_536 }) : { vocabulary: "bpe" as const, seed: 1, context: 65_536 };
+
+type Shape = "chat" | "messages" | "responses";
+type Message = { role: "user" | "assistant"; content: string };
+type Start = { system: string; tools: { name: string; description: string; parameters: object }[] };
+/** A turn as the side reported it: the prompt's size and what it generated (the ideal is counted from these). */
+type Turn = { size: number; generated: number };
 
 const runtime = await detectRuntime();
-const stack = await startStack({ models: [], shaped: { [MODEL]: SHAPE }, env: { INFERENCE_SLOTS: String(SLOTS), INFERENCE_THREADS: "2" } });
-// Over TCP, as agents connect (over our Unix socket, Bun cut a stream silent for 10 s during a long prompt).
+const stack = await startStack({ models: [], shaped: { [MODEL]: SHAPE }, env: { INFERENCE_SLOTS: String(SLOTS), INFERENCE_THREADS: "2", INFERENCE_MAX_TOKENS: "100000" } });
+// Over TCP, as agents connect.
 const viaUs = ((input: string, init: RequestInit) => fetch(new URL(new URL(input).pathname, stack.url), { ...init, timeout: false } as RequestInit)) as typeof fetch;
 
-/** The start of every session of one run (`salt` keeps one run's start from another's caches). */
-function start(salt: string): { system: string; tools: object[] } {
-  const line = (i: number) => `${i}. Before you edit a file, read it whole; keep changes small and run the tests after each one.`;
+/** The start every session of one run shares (`salt` keeps one run's start from another's caches). */
+function start(salt: string): Start {
   const tools = Array.from({ length: 12 }, (_, i) => ({
-    type: "function",
-    function: { name: `tool_${i}`, description: `Tool ${i}: ${"does one thing to the files of the repository. ".repeat(10)}`, parameters: { type: "object", properties: { path: { type: "string" }, text: { type: "string" } } } },
+    name: `tool_${i}`,
+    description: `Tool ${i}: ${"does one thing to the files of the repository. ".repeat(4)}`,
+    parameters: { type: "object", properties: { path: { type: "string" }, text: { type: "string" } } },
   }));
   let system = `[${salt}] You are a coding agent working in the user's repository.\n`;
-  for (let i = 0; system.length + JSON.stringify(tools).length < PREFIX_CHARS; i++) system += `${line(i)}\n`;
+  for (let i = 0; system.length + JSON.stringify(tools).length < PREFIX_CHARS; i++) system += `${i}. Before you edit a file, read it whole; keep changes small and run the tests after each one.\n`;
   return { system, tools };
 }
 
-type Message = { role: string; content: string };
-type Turn = { ttftMs: number; promptN: number; cacheN: number; predictedN: number };
-
-/** One streamed turn: its time to first token and llama-server's counts from the last chunk. */
-async function turn(fetchVia: typeof fetch, path: string, session: string, begin: ReturnType<typeof start>, history: Message[]): Promise<{ turn: Turn; answer: string }> {
-  const body = { model: MODEL, messages: [{ role: "system", content: begin.system }, ...history], tools: begin.tools, prompt_cache_key: session, max_tokens: ANSWER, temperature: 0, stream: true, ignore_eos: true };
-  const began = performance.now();
-  const response = await fetchVia(`http://localhost${path}`, {
-    method: "POST",
-    // llama-server closes a connection after a stream though it announced keep-alive: none is pooled.
-    headers: { "content-type": "application/json", connection: "close" },
-    body: JSON.stringify(body),
-  });
-  if (!response.ok || !response.body) throw new Error(`status ${response.status}: ${await response.text()}`);
-  let ttftMs: number | undefined;
-  let text = "";
-  const decoder = new TextDecoder();
-  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-    text += decoder.decode(chunk, { stream: true });
-    ttftMs ??= /"content":"[^"]/.test(text) ? performance.now() - began : undefined;
+/** The request of one turn, as the shape's agent sends it: path, headers, body. */
+function request(shape: Shape, session: string, begin: Start, history: Message[]): { path: string; headers: Record<string, string>; body: object } {
+  const common = { model: MODEL, stream: true, temperature: 0, ignore_eos: true };
+  if (shape === "chat") {
+    const tools = begin.tools.map((t) => ({ type: "function", function: t }));
+    return { path: "/v1/chat/completions", headers: {}, body: { ...common, max_tokens: ANSWER, prompt_cache_key: session, messages: [{ role: "system", content: begin.system }, ...history], tools } };
   }
-  const last = (name: string) => Number([...text.matchAll(new RegExp(`"${name}":(\\d+)`, "g"))].at(-1)?.[1] ?? NaN);
-  const answer = [...text.matchAll(/"content":"((?:[^"\\]|\\.)*)"/g)].map((m) => JSON.parse(`"${m[1]}"`) as string).join("");
-  return { turn: { ttftMs: ttftMs ?? performance.now() - began, promptN: last("prompt_n"), cacheN: last("cache_n"), predictedN: last("predicted_n") }, answer };
+  if (shape === "messages") {
+    const tools = begin.tools.map(({ name, description, parameters }) => ({ name, description, input_schema: parameters }));
+    const system = [{ type: "text", text: "x-anthropic-billing-header: cc_version=2.1; cc_entrypoint=sdk-cli;" }, { type: "text", text: begin.system }];
+    return { path: "/v1/messages", headers: { "x-claude-code-session-id": session }, body: { ...common, max_tokens: ANSWER, system, tools, messages: history, metadata: { user_id: `user_${session}` } } };
+  }
+  const tools = begin.tools.map((t) => ({ type: "function", ...t }));
+  const input = history.map((m) => ({ type: "message", role: m.role, content: [{ type: m.role === "user" ? "input_text" : "output_text", text: m.content }] }));
+  return { path: "/v1/responses", headers: { "session-id": session }, body: { ...common, max_output_tokens: ANSWER, store: false, instructions: begin.system, tools, input, prompt_cache_key: session } };
 }
 
-type Side = { name: string; fetchVia: typeof fetch; path: string };
-type Result = { turns: Turn[][]; totalMs: number };
-
-/** K sessions at once, T turns each; every session its own task text, growing its own history. */
-async function run(side: Side, sessions: number, salt: string): Promise<Result> {
-  const begin = start(salt);
-  const began = performance.now();
-  const turns = await Promise.all(
-    Array.from({ length: sessions }, async (_, s) => {
-      const history: Message[] = [];
-      const mine: Turn[] = [];
-      for (let t = 0; t < TURNS; t++) {
-        history.push({ role: "user", content: `Session ${s}, task ${t}: ${"change the parser so that it accepts one more case, then test it. ".repeat(4)}` });
-        const { turn: done, answer } = await turn(side.fetchVia, side.path, `${salt}-${s}`, begin, history);
-        history.push({ role: "assistant", content: answer });
-        mine.push(done);
-      }
-      return mine;
-    }),
-  );
-  return { turns, totalMs: performance.now() - began };
+/** One streamed turn: the answer's text, and the prompt's size and tokens generated where the stream says them. */
+async function turn(fetchVia: typeof fetch, shape: Shape, session: string, begin: Start, history: Message[]): Promise<{ turn: Turn | undefined; answer: string }> {
+  const { path, headers, body } = request(shape, session, begin, history);
+  const response = await fetchVia(`http://localhost${path}`, { method: "POST", headers: { "content-type": "application/json", connection: "close", ...headers }, body: JSON.stringify(body) });
+  if (!response.ok || !response.body) throw new Error(`${shape}: status ${response.status}: ${await response.text()}`);
+  const text = await response.text();
+  const last = (name: string) => [...text.matchAll(new RegExp(`"${name}":(\\d+)`, "g"))].map((m) => Number(m[1])).at(-1);
+  const pieces = (field: string) => [...text.matchAll(new RegExp(`"${field}":"((?:[^"\\\\]|\\\\.)*)"`, "g"))].map((m) => JSON.parse(`"${m[1]}"`) as string).join("");
+  const answer = shape === "chat" ? pieces("content") : shape === "messages" ? pieces("text") : pieces("delta");
+  // Each dialect's own count of the prompt: chat's timings, Anthropic's split, Responses' usage.
+  const size = shape === "chat" ? (last("prompt_n") ?? NaN) + (last("cache_n") ?? NaN) : shape === "messages" ? (last("input_tokens") ?? NaN) + (last("cache_read_input_tokens") ?? 0) : (last("input_tokens") ?? NaN);
+  const generated = last(shape === "chat" ? "predicted_n" : "output_tokens") ?? NaN;
+  return { turn: Number.isFinite(size) ? { size, generated } : undefined, answer };
 }
 
-/** The tokens of the start every session shares: the common prefix of two sessions' first prompts, as llama-server tokenizes them. */
-async function sharedTokens(fetchVia: typeof fetch, salt: string): Promise<number> {
+type Side = { name: string; fetchVia: typeof fetch; processed(): Promise<number> };
+type Round = { processed: number; ms: number; turns: (Turn | undefined)[] };
+
+/** Prompt tokens a runner has processed so far (llama-server's /metrics). */
+async function processedBy(fetchVia: typeof fetch): Promise<number> {
+  const text = await (await fetchVia("http://localhost/metrics")).text();
+  return Number(/llamacpp:prompt_tokens_total (\d+)/.exec(text)?.[1] ?? NaN);
+}
+
+/** K sessions at once, T rounds: each session its own task text, growing its own history. */
+async function run(side: Side, shape: Shape, salt: string): Promise<Round[]> {
   const begin = start(salt);
+  const histories: Message[][] = Array.from({ length: SESSIONS }, () => []);
+  const rounds: Round[] = [];
+  for (let t = 0; t < TURNS; t++) {
+    const before = await side.processed();
+    const began = performance.now();
+    const turns = await Promise.all(
+      histories.map(async (history, s) => {
+        history.push({ role: "user", content: `Session ${s}, task ${t}: ${"change the parser so that it accepts one more case, then test it. ".repeat(3)}` });
+        const done = await turn(side.fetchVia, shape, `${salt}-${s}`, begin, history);
+        history.push({ role: "assistant", content: done.answer });
+        return done.turn;
+      }),
+    );
+    const ms = performance.now() - began;
+    rounds.push({ processed: (await side.processed()) - before, ms, turns });
+  }
+  return rounds;
+}
+
+/** The shared start's tokens: the common prefix of two sessions' first prompts, as llama-server tokenizes them (chat's template). */
+async function sharedTokens(fetchVia: typeof fetch, begin: Start): Promise<number> {
   const tokens = async (task: string) => {
     const messages = [{ role: "system", content: begin.system }, { role: "user", content: task }];
-    const { prompt } = (await (await fetchVia("http://localhost/apply-template", { method: "POST", body: JSON.stringify({ messages, tools: begin.tools }) })).json()) as { prompt: string };
+    const tools = begin.tools.map((t) => ({ type: "function", function: t }));
+    const { prompt } = (await (await fetchVia("http://localhost/apply-template", { method: "POST", body: JSON.stringify({ messages, tools }) })).json()) as { prompt: string };
     return ((await (await fetchVia("http://localhost/tokenize", { method: "POST", body: JSON.stringify({ content: prompt }) })).json()) as { tokens: number[] }).tokens;
   };
   const [a, b] = await Promise.all([tokens("Session 0"), tokens("Session 1")]);
@@ -106,67 +134,56 @@ async function sharedTokens(fetchVia: typeof fetch, salt: string): Promise<numbe
 }
 
 /**
- * Each distinct token once: the shared start once, and each session's own tokens once (its last
- * prompt, less the start and less the answers it generated, which its slot holds already).
+ * The ideal of each round, from the sizes our side reported (each dialect's exact count): the
+ * opening round, the start once and each session's own tokens; a later round, what each turn adds
+ * to the previous prompt and its answer (which the session's slot holds).
  */
-function ideal(result: Result, shared: number): number {
-  return shared + result.turns.reduce((sum, mine) => {
-    const last = mine.at(-1)!;
-    const generated = mine.slice(0, -1).reduce((g, t) => g + t.predictedN, 0);
-    return sum + (last.promptN + last.cacheN - shared - generated);
-  }, 0);
+function ideals(rounds: Round[], shared: number): number[] {
+  return rounds.map((round, t) =>
+    round.turns.reduce((sum, now, s) => {
+      if (!now) return NaN;
+      if (t === 0) return sum + now.size - shared;
+      const before = rounds[t - 1]!.turns[s]!;
+      return sum + now.size - before.size - before.generated;
+    }, t === 0 ? shared : 0),
+  );
 }
 
-/** Turns after a session's first that processed more than what is new in them (their own history again). */
-function reprocessed(result: Result): number {
-  let count = 0;
-  for (const mine of result.turns) {
-    for (let t = 1; t < mine.length; t++) {
-      const before = mine[t - 1]!;
-      const fresh = mine[t]!.promptN + mine[t]!.cacheN - (before.promptN + before.cacheN) - before.predictedN;
-      if (mine[t]!.promptN > fresh + 32) count++;
-    }
-  }
-  return count;
-}
-
-const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
-};
-
-/** llama-server with our runner's flags (see direct-runner.ts), as a side of the comparison. */
-async function direct(): Promise<{ side: Side; stop(): Promise<void> }> {
-  const runner = await startDirectRunner(stack, runtime);
-  return { side: { name: "llama-server", fetchVia: runner.fetchVia, path: "/v1/chat/completions" }, stop: runner.stop };
-}
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 try {
   // Loads our runner (its flags are what the direct one is started with).
-  await turn(viaUs, "/v1/chat/completions", "warm", start("warm"), [{ role: "user", content: "hi" }]);
-  const llama = await direct();
-  const ours: Side = { name: "llamadock", fetchVia: viaUs, path: "/v1/chat/completions" };
+  await turn(viaUs, "chat", "warm", start("warm"), [{ role: "user", content: "hi" }]);
+  const direct = await startDirectRunner(stack, runtime);
+  const ourRunner = ourRunnerFetch(stack, runtime);
+  const sides: Side[] = [
+    { name: "llama-server", fetchVia: direct.fetchVia, processed: () => processedBy(direct.fetchVia) },
+    { name: "llamadock", fetchVia: viaUs, processed: () => processedBy(ourRunner) },
+  ];
   const lines: string[] = [];
   try {
-    const shared = await sharedTokens(llama.side.fetchVia, "k");
-    console.log(`model: tiny chat model (BPE, 2 layers of 64), ${SLOTS} slots, shared start ${shared} tokens, ${TURNS} turns of ${ANSWER} streamed tokens`);
-    for (const sessions of KS) {
-      const figures: Record<string, { tokens: number; ideal: number; ttft: number[]; totalMs: number; again: number }> = {};
-      // Each side its own salt: neither finds the other's start in a cache (they are separate processes anyway).
-      for (const side of [llama.side, ours]) {
-        const result = await run(side, sessions, `${side.name}-${sessions}-${Date.now()}`);
-        const all = result.turns.flat();
-        figures[side.name] = { tokens: all.reduce((s, t) => s + t.promptN, 0), ideal: ideal(result, shared), ttft: all.map((t) => t.ttftMs), totalMs: result.totalMs, again: reprocessed(result) };
+    const shared = await sharedTokens(direct.fetchVia, start("k"));
+    const load = (await import("node:os")).loadavg().map((l) => l.toFixed(1)).join(" ");
+    console.log(`model: ${WIDE ? "wide (128 wide, 4 layers, 65k context)" : "tiny (64 wide, 2 layers)"}; ${SLOTS} slots; ${SESSIONS} sessions of each shape; shared start ${shared} tokens; ${TURNS} turns of ${ANSWER} streamed tokens; load ${load}`);
+    for (const [i, shape] of SHAPES.entries()) {
+      const results: Record<string, Round[]> = {};
+      // Alternating which side goes first; each side its own salt, so that neither finds the other's start.
+      for (const side of i % 2 === 0 ? sides : [...sides].reverse()) results[side.name] = await run(side, shape, `${shape}-${side.name}-${Date.now()}`);
+      const ideal = ideals(results.llamadock!, shared);
+      for (const [name, rounds] of Object.entries(results)) {
+        const perRound = rounds.map((r, t) => `${(r.processed / ideal[t]!).toFixed(2)}x in ${seconds(r.ms)}`).join(", ");
+        console.log(`${shape.padEnd(9)} ${name.padEnd(12)} rounds (prompt tokens processed / ideal, time): ${perRound}; total ${seconds(rounds.reduce((s, r) => s + r.ms, 0))}`);
       }
-      for (const [name, f] of Object.entries(figures)) {
-        const line = `K=${sessions} ${name.padEnd(12)} prompt tokens ${String(f.tokens).padStart(7)} (ideal ${f.ideal}, ${(f.tokens / f.ideal).toFixed(2)}x), ttft median ${percentile(f.ttft, 0.5).toFixed(0)} ms, p90 ${percentile(f.ttft, 0.9).toFixed(0)} ms, total ${(f.totalMs / 1000).toFixed(2)} s, turns re-processing their history ${f.again} of ${sessions * (TURNS - 1)}`;
-        console.log(line);
-      }
-      const [l, o] = [figures["llama-server"]!, figures["llamadock"]!];
-      lines.push(`K=${sessions}: prompt tokens ours/ideal ${(o.tokens / o.ideal).toFixed(2)}, direct/ideal ${(l.tokens / l.ideal).toFixed(2)}; total time ours/direct ${(o.totalMs / l.totalMs).toFixed(2)}; ttft median ours/direct ${(percentile(o.ttft, 0.5) / percentile(l.ttft, 0.5)).toFixed(2)}`);
+      const [ours, theirs] = [results.llamadock!, results["llama-server"]!];
+      const total = (rounds: Round[]) => rounds.reduce((s, r) => s + r.ms, 0);
+      const later = (rounds: Round[]) => rounds.slice(1).reduce((s, r) => s + r.processed, 0) / ideal.slice(1).reduce((a, b) => a + b, 0);
+      lines.push(
+        `${shape}: start processed ${(ours[0]!.processed / ideal[0]!).toFixed(2)}x the ideal (llama-server ${(theirs[0]!.processed / ideal[0]!).toFixed(2)}x); ` +
+          `later turns ${later(ours).toFixed(2)}x their new tokens (llama-server ${later(theirs).toFixed(2)}x); time ours/llama-server ${(total(ours) / total(theirs)).toFixed(2)}`,
+      );
     }
   } finally {
-    await llama.stop();
+    await direct.stop();
   }
   for (const line of lines) console.log(line);
 } catch (error) {

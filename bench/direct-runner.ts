@@ -1,4 +1,4 @@
-import { closeSync, openSync, readFileSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { launchEnv } from "../sidecar/binary.ts";
 import { resolveLlamaServerBinary } from "../sidecar/index.ts";
@@ -36,4 +36,12 @@ export async function startDirectRunner(stack: Stack, runtime: Runtime): Promise
       removeSocket(socketPath);
     },
   };
+}
+
+/** A fetch straight to the stack's own runner, over its socket (to read its /metrics, say). */
+export function ourRunnerFetch(stack: Stack, runtime: Runtime): typeof fetch {
+  const run = join(stack.dir, "run");
+  const socket = readdirSync(run).find((name) => name.endsWith(".sock") && name !== "direct.sock");
+  if (!socket) throw new Error("the stack has no runner loaded");
+  return runtime.unixFetch(join(run, socket));
 }

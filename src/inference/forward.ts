@@ -90,6 +90,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     // answer is no silence of the runner's.
     if (lease.ready) await lease.ready(call.signal).catch((error: unknown) => failed(forwarded, error, call.signal));
     lease.sending(forwarded.stream);
+    if (lease.prefilled) await prefill(forwarded, lease.prefilled, call.signal);
     upstream = await send(lease.slot === undefined ? forwarded : { ...forwarded, body: inSlot(forwarded.body, lease.slot) }, call.signal);
   } catch (error) {
     release();
@@ -207,6 +208,34 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   };
   // Callbacks, not an async frame with a loop: most requests go once, and pay for no frame.
   return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
+}
+
+/**
+ * A leader's prompt processed alone in its slot first, generating nothing (`n_predict: 0`), then
+ * its followers told (see src/scheduler/prefix-copies.ts): they copy the start now, while this
+ * request answers. Its own answer then reuses the whole prompt. A prefill that fails (the prompt
+ * too long, say) is no failure of the request: it is sent all the same, and answered as it would be.
+ */
+async function prefill(forwarded: Forwarded, prefilled: (signal: AbortSignal) => Promise<void>, signal: AbortSignal): Promise<void> {
+  const { lease, path, body } = forwarded;
+  try {
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (forwarded.key !== undefined) headers[KEY_HEADER] = forwarded.key;
+    const answer = await lease.fetch(`http://runner${path}`, { method: "POST", headers, body: inSlot(prefillBody(body), lease.slot!), signal });
+    await answer.arrayBuffer();
+    lease.heard();
+  } catch (error) {
+    if (signal.aborted) throw await failure(forwarded, error, signal);
+  } finally {
+    await prefilled(signal).catch(() => {});
+  }
+}
+
+/** The request's body asking for its prompt alone: nothing generated, one JSON answer. */
+export function prefillBody(body: Uint8Array<ArrayBuffer>): Uint8Array<ArrayBuffer> {
+  const json = JSON.parse(utf8.decode(body)) as Record<string, unknown>;
+  const { stream: _, stream_options: __, timings_per_token: ___, ...rest } = json;
+  return new TextEncoder().encode(JSON.stringify({ ...rest, n_predict: 0 }));
 }
 
 async function failed(forwarded: Forwarded, error: unknown, signal: AbortSignal): Promise<never> {

@@ -20,7 +20,7 @@ import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
 import type { Limiter } from "../keys/limits.ts";
 import { bothTimers, type Meter, type Ticket } from "./usage/meter.ts";
 import type { RequestTimer } from "./latency.ts";
-import { prefixOf, sessionOf } from "./session.ts";
+import { openingOf, prefixOf, sessionOf } from "./session.ts";
 
 // The OpenAI-compatible engine endpoints, under every base path clients use: DMR's
 // `/engines/llama.cpp/v1`, the same without the engine segment, and plain `/v1`.
@@ -195,15 +195,17 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
 const CONVERSING = new Set<Endpoint>(["chat/completions", "completions", "responses"]);
 
 /**
- * The agent session a request belongs to and the digest of its prompt's start. Where prompts are
+ * The agent session a request belongs to, the digest of its prompt's start, and for a request that
+ * names no session but has a start, the digest of its conversation's opening. Where prompts are
  * kept per key, starts are too: a key never waits for, nor is handed, a copy of another key's slot.
  */
 function agentSession(deps: InferenceDeps, endpoint: Endpoint, request: Request, json: unknown, caller: Caller) {
   if (!deps.sessionAffinity || !CONVERSING.has(endpoint)) return {};
   const session = sessionOf(request.headers, json);
-  if (session === undefined) return {};
-  const prefix = prefixOf(json);
-  return { session, prefix: prefix !== undefined && deps.promptsPerKey ? `${caller.name}:${prefix}` : prefix };
+  const start = prefixOf(json);
+  if (session === undefined && start === undefined) return {};
+  const prefix = start !== undefined && deps.promptsPerKey ? `${caller.name}:${start}` : start;
+  return session !== undefined ? { session, prefix } : { prefix, opening: openingOf(json) };
 }
 
 /**

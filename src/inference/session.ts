@@ -1,8 +1,10 @@
 import { createHash } from "node:crypto";
 
-// Which agent session a request belongs to, and which shared start its prompt has: what the
-// runner's slot table (src/scheduler/affinity.ts) places requests by. Agents name their session
-// themselves, each in its own way; a request that names none is placed by llama-server, as before.
+// Which agent session a request belongs to, which shared start its prompt has, and how its
+// conversation opened: what the runner's slot table (src/scheduler/affinity.ts) places requests
+// by. Agents name their session themselves, each in its own way; a request that names none but has
+// a start is placed as an anonymous conversation, found again by its opening; one with neither is
+// placed by llama-server, as before.
 
 /** Headers that name a session: Claude Code's, then Codex's (both spellings seen). */
 const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id"];
@@ -43,6 +45,22 @@ export function prefixOf(body: unknown): string | undefined {
   if (parts.every((part) => part === undefined || (Array.isArray(part) && part.length === 0))) return undefined;
   return createHash("sha256").update(JSON.stringify(parts)).digest("hex").slice(0, 32);
 }
+
+/**
+ * A digest of a conversation's first message after its start (Responses' `input` when a string):
+ * how a client that names no session finds the slot of its conversation on its next turn (it sends
+ * the same first message again). Undefined when there is none.
+ */
+export function openingOf(body: unknown): string | undefined {
+  if (!body || typeof body !== "object") return undefined;
+  const { messages, input } = body as { messages?: unknown; input?: unknown };
+  if (typeof input === "string") return digest(input);
+  const list = Array.isArray(messages) ? messages : Array.isArray(input) ? input : undefined;
+  const first = list?.[leadingSystem(list)?.length ?? 0];
+  return first === undefined ? undefined : digest(JSON.stringify(first));
+}
+
+const digest = (text: string) => createHash("sha256").update(text).digest("hex").slice(0, 32);
 
 /** The system and developer messages a list of messages or input items starts with (undefined: none). */
 function leadingSystem(list: unknown): unknown[] | undefined {

@@ -18,17 +18,28 @@
 // one loaded after a restart or a reload knows the sessions its predecessors of the same model and
 // settings parked (`recall`), and unparks them the same way.
 //
+// Requests that name no session but have a start (a system prompt or tools: a script, LangChain, a
+// small agent) are placed too, as anonymous conversations: clients opening together over one start
+// process it once as sessions do, and a returning one goes back to the free slot whose conversation
+// opened as its own did (`opening`: its start and first message). They take slots that hold no
+// session's conversation before any that does, and are never parked themselves (nothing names them
+// to come back for it); a session's conversation they displace is parked as any.
+//
 // Decisions are pure (`placement`, table-tested); `SlotTable` keeps the state they are made from,
 // changed only by `place` and `release`, in the runner's single synchronous step of a grant.
 
-/** What the table knows of one slot: whose conversation it holds, the start it has, and whether a request runs on it. */
-export type SlotState = { session?: string | undefined; prefix?: string | undefined; busy: boolean; usedAt: number };
+/**
+ * What the table knows of one slot: whose conversation it holds (a session's, or an anonymous one's
+ * `opening`), the start it has, and whether a request runs on it.
+ */
+export type SlotState = { session?: string | undefined; prefix?: string | undefined; opening?: string | undefined; busy: boolean; usedAt: number };
 
 /**
  * What a request brings: its session (with its key: names are per key), the digest of its prompt's
- * start, and whose leaders it may wait for (its key's: another key's long answer never holds it).
+ * start, of its conversation's opening (a request naming no session), and whose leaders it may
+ * wait for (its key's: another key's long answer never holds it).
  */
-export type Ask = { session?: string | undefined; prefix?: string | undefined; group?: string | undefined };
+export type Ask = { session?: string | undefined; prefix?: string | undefined; opening?: string | undefined; group?: string | undefined };
 
 /**
  * What goes with a slot given up (`take` and `follow`): `park`, the session whose conversation the
@@ -55,26 +66,32 @@ export type Placement =
 
 /**
  * The placement of `ask` among `slots`, given the slot of a request now processing each group's
- * start (`leading`) and the sessions whose slots were given away (`parked`). A session with its
- * slot free goes back to it; a session whose slot is busy (a side request of the same session) is
- * left to llama-server. Any other gives up a slot: an empty one,
- * else the free one least recently used. If that slot does not hold the request's start, the
- * start is copied in from a free slot that holds it, else from the request processing it (once
- * that ends); with neither, the request processes its start there itself, and leads. A slot
- * given up that holds another session's conversation parks it; a parked session unparks its own.
- * (The copy of the start stays in the placement: it is what is done when the unpark fails.)
+ * start (`leading`) and the sessions whose slots were given away (`parked`). A request that names
+ * neither a session nor a start is left to llama-server. A session with its slot free goes back to
+ * it; a session whose slot is busy (a side request of the same session) is left to llama-server; an
+ * anonymous conversation goes back to the free slot where it opened. Any other gives up a slot
+ * (`giveUp`). If that slot does not hold the request's start, the start is copied in from a free
+ * slot that holds it, else from the request processing it (once that ends); with neither, the
+ * request processes its start there itself, and leads. A slot given up that holds another
+ * session's conversation parks it; a parked session unparks its own. (The copy of the start stays
+ * in the placement: it is what is done when the unpark fails.)
  */
 export function placement(slots: readonly SlotState[], ask: Ask, leading: ReadonlyMap<string, number>, parked: Pick<ReadonlySet<string>, "has"> = new Set()): Placement {
-  if (ask.session === undefined) return { kind: "any" };
-  const own = slots.findIndex((s) => s.session === ask.session);
-  if (own >= 0) return slots[own]!.busy ? { kind: "any" } : { kind: "own", slot: own };
+  if (ask.session === undefined && ask.prefix === undefined) return { kind: "any" };
+  if (ask.session !== undefined) {
+    const own = slots.findIndex((s) => s.session === ask.session);
+    if (own >= 0) return slots[own]!.busy ? { kind: "any" } : { kind: "own", slot: own };
+  }
   const free = slots.flatMap((s, i) => (s.busy ? [] : [i]));
   if (free.length === 0) return { kind: "any" };
   const leastUsed = (among: number[]) => among.reduce((a, b) => (slots[b]!.usedAt < slots[a]!.usedAt ? b : a));
-  const empty = free.filter((i) => slots[i]!.session === undefined && slots[i]!.prefix === undefined);
-  const slot = empty.length > 0 ? empty[0]! : leastUsed(free);
+  if (ask.session === undefined && ask.opening !== undefined) {
+    const opened = free.filter((i) => slots[i]!.session === undefined && slots[i]!.opening === ask.opening && slots[i]!.prefix === ask.prefix);
+    if (opened.length > 0) return { kind: "take", slot: leastUsed(opened), lead: false };
+  }
+  const slot = giveUp(slots, free, ask.prefix, leastUsed);
   const displaced = slots[slot]!.session;
-  const moves: Moves = { ...(displaced !== undefined ? { park: displaced } : {}), ...(parked.has(ask.session) ? { unpark: ask.session } : {}) };
+  const moves: Moves = { ...(displaced !== undefined ? { park: displaced } : {}), ...(ask.session !== undefined && parked.has(ask.session) ? { unpark: ask.session } : {}) };
   if (ask.prefix === undefined) return { kind: "take", slot, lead: false, ...moves };
   if (slots[slot]!.prefix === ask.prefix) return { kind: "take", slot, lead: false, ...moves };
   const holding = free.filter((i) => slots[i]!.prefix === ask.prefix);
@@ -82,6 +99,20 @@ export function placement(slots: readonly SlotState[], ask: Ask, leading: Readon
   const leader = leading.get(ask.group ?? ask.prefix);
   if (leader !== undefined) return { kind: "follow", slot, from: leader, ...moves };
   return { kind: "take", slot, lead: true, ...moves };
+}
+
+/**
+ * The free slot a request gives up: an empty one; else one holding no session's conversation (its
+ * start first, then the least recently used), so that no session's is parked while such a slot is
+ * free; else the least recently used, whose session is parked.
+ */
+function giveUp(slots: readonly SlotState[], free: number[], prefix: string | undefined, leastUsed: (among: number[]) => number): number {
+  const empty = free.filter((i) => slots[i]!.session === undefined && slots[i]!.prefix === undefined);
+  if (empty.length > 0) return empty[0]!;
+  const anonymous = free.filter((i) => slots[i]!.session === undefined);
+  const holding = anonymous.filter((i) => prefix !== undefined && slots[i]!.prefix === prefix);
+  if (holding.length > 0) return leastUsed(holding);
+  return leastUsed(anonymous.length > 0 ? anonymous : free);
 }
 
 /** Sessions remembered as parked per runner: past this, the longest parked is forgotten (its file ages out of the folder, unless a later runner finds it). */
@@ -113,10 +144,10 @@ export class SlotTable {
     const parked = { has: (session: string) => this.parked.has(session) || this.parkedBefore(session) };
     const where = placement(this.slots, ask, this.leading, parked);
     if (where.kind === "any") return where;
-    if (where.kind !== "own") this.moved(ask.session!, where);
+    if (where.kind !== "own") this.moved(ask.session, where);
     // A session moved: the slot it held is no longer its own (its conversation is overwritten there in time).
-    for (const s of this.slots) if (s.session === ask.session) s.session = undefined;
-    this.slots[where.slot] = { session: ask.session, prefix: ask.prefix, busy: true, usedAt: now };
+    if (ask.session !== undefined) for (const s of this.slots) if (s.session === ask.session) s.session = undefined;
+    this.slots[where.slot] = { session: ask.session, prefix: ask.prefix, opening: ask.session === undefined ? ask.opening : undefined, busy: true, usedAt: now };
     if (where.kind === "take" && where.lead) {
       const group = ask.group ?? ask.prefix!;
       this.leading.set(group, where.slot);
@@ -125,9 +156,9 @@ export class SlotTable {
     return where;
   }
 
-  /** Keeps which sessions are parked: the displaced one now is, the placed one no longer. */
-  private moved(session: string, where: Moves): void {
-    this.parked.delete(session);
+  /** Keeps which sessions are parked: the displaced one now is, the placed one (if it is one) no longer. */
+  private moved(session: string | undefined, where: Moves): void {
+    if (session !== undefined) this.parked.delete(session);
     if (where.park === undefined) return;
     this.parked.delete(where.park);
     this.parked.add(where.park);

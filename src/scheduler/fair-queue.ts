@@ -20,7 +20,7 @@ import type { Lane } from "./types.ts";
 // Sharing ends with no request to mark it: while an interactive request waits on a shared runner,
 // a timer is armed for that moment, and the runner grants again then (see `watchSharing`).
 
-export type Turn = { caller: string; lane: Lane; session?: string | undefined; prefix?: string | undefined; placed?: boolean | undefined };
+export type Turn = { caller: string; lane: Lane; session?: string | undefined; prefix?: string | undefined; opening?: string | undefined };
 
 /** A waiting request and the session it belongs to (within its caller's line). */
 type Waiting<T> = { item: T; session: string | undefined };

@@ -28,10 +28,16 @@ export interface Lease {
   readonly slot?: number;
   /** What must be done on the runner before the request is sent (a follower's copy: see prefix-copies.ts). */
   readonly ready?: (signal: AbortSignal) => Promise<unknown>;
+  /**
+   * A leader's (see prefix-copies.ts): told once its prompt was processed alone in its slot (a
+   * request that generates nothing), so that its followers copy the start now, not after its
+   * answer; resolves when the request itself may be sent (its slot saved for them).
+   */
+  readonly prefilled?: (signal: AbortSignal) => Promise<void>;
 }
 
 /** Where a lease's request goes, and what precedes it (see Lease). */
-export type LeaseSlot = Pick<Lease, "slot" | "ready">;
+export type LeaseSlot = Pick<Lease, "slot" | "ready" | "prefilled">;
 
 /** A lease on `process`; `released` runs once, at the first `release`. */
 export function createLease(process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void, slot: LeaseSlot = {}): Lease {

@@ -9,8 +9,11 @@ import { ParkedSlots } from "./parking.ts";
 // that comes later, to a slot without its start, gets a copy of a free slot that holds it.
 //
 // llama-server copies a slot only through a file (its slot save and restore), and saves a slot only
-// once its request has ended (a save asked for earlier waits in its queue for the slot): followers
-// wait for the leader's whole answer, not only its prompt. A copy, not a prefill: on a CPU the
+// once its request has ended (a save asked for earlier waits in its queue for the slot). So a
+// leader's prompt is processed first by a request of its own that generates nothing (sent by the
+// forwarder, see `prefilled`): its slot is saved as that ends, and the followers restore the copy
+// while the leader's own request, sent after the save, reuses the whole prompt and answers. Followers
+// wait for the leader's prefill, not its answer. A copy, not a prefill of their own: on a CPU the
 // start costs seconds to process and milliseconds to restore.
 //
 // The slot being copied is held until it is saved: a request placed on it (or left to
@@ -93,8 +96,24 @@ export class PrefixCopies {
   }
 
   /**
-   * The leader on `slot` ended: its slot is saved now for its followers, before the slot can be
-   * given to anyone else (the caller frees it in the table after this).
+   * The leader on `slot` has its prompt processed (a request of its own that generated nothing):
+   * its slot is saved now for the followers waiting (none waiting, no save: one that joins later
+   * copies the slot once the leader ends, as before), who then restore it. Resolves once the slot
+   * is saved, when the leader's own request may be sent (or at once when the signal aborts).
+   */
+  prefilled(slot: number, signal: AbortSignal): Promise<void> {
+    const group = this.open.get(slot);
+    if (!group) return Promise.resolve();
+    if (group.pending > 0) group.copy ??= this.copyOf(slot);
+    group.end();
+    const held = this.holds.get(slot);
+    return held ? abortable(held, signal) : Promise.resolve();
+  }
+
+  /**
+   * The leader on `slot` ended: its slot is saved now for its followers (those that joined after its
+   * prefill, or all of them when it had none), before the slot can be given to anyone else (the
+   * caller frees it in the table after this).
    */
   ended(slot: number): void {
     const group = this.open.get(slot);

@@ -180,7 +180,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
           return await withRunner(model, mode, signal, wish, (runner) => {
             const keep = keepAliveAfterRequest(pinned.has(runner.options.key), wish.keepAlive, runner.options.keepAlive);
             if (keep !== undefined) runner.keepFor(keep);
-            return runner.acquire(signal, { caller: wish.caller ?? "", lane: wish.lane ?? "interactive", session: wish.session, prefix: wish.prefix, placed: wish.placed });
+            return runner.acquire(signal, { caller: wish.caller ?? "", lane: wish.lane ?? "interactive", session: wish.session, prefix: wish.prefix, opening: wish.opening });
           });
         } catch (error) {
           if (!(error instanceof RunnerGone)) throw error;

@@ -35,9 +35,9 @@ export class SessionSlots {
     if (process.parking) this.table.recall((session) => process.parking!.keeps(session));
   }
 
-  /** A request asks for a slot (placed ones of a session keep llama-server's queue empty a while). */
+  /** A request asks for a slot (placed ones, of a session or with a start, keep llama-server's queue empty a while). */
   asked(turn: Turn): void {
-    if (turn.session !== undefined && turn.placed !== false) this.sessionAt = Date.now();
+    if (turn.session !== undefined || turn.prefix !== undefined) this.sessionAt = Date.now();
   }
 
   /**
@@ -81,18 +81,23 @@ export class SessionSlots {
   }
 
   /**
-   * The slot a granted request goes to: a session's request within the slots (one handed to
-   * llama-server's own queue beyond them finds no slot free, and is left to it), by the table.
-   * Sessions are named per caller: one key never lands on another's slot by naming its session.
+   * The slot a granted request goes to: a session's request, or one with a start, within the slots
+   * (one handed to llama-server's own queue beyond them finds no slot free, and is left to it), by
+   * the table. Sessions and openings are named per caller: one key never lands on another's slot by
+   * naming its session.
    */
-  private place({ caller, session, prefix, placed }: Turn): Placement {
-    if (session === undefined || placed === false || this.#inUse >= this.slots) return { kind: "any" };
+  private place({ caller, session, prefix, opening }: Turn): Placement {
+    if ((session === undefined && prefix === undefined) || this.#inUse >= this.slots) return { kind: "any" };
     const group = prefix === undefined ? undefined : `${caller}\u0000${prefix}`;
-    return this.table.place({ session: `${caller}\u0000${session}`, prefix, group }, Date.now());
+    const named = (name: string | undefined) => (name === undefined ? undefined : `${caller}\u0000${name}`);
+    return this.table.place({ session: named(session), prefix, opening: named(opening), group }, Date.now());
   }
 
   private leaseSlot(where: Placement): LeaseSlot {
-    if (where.kind === "take" && where.lead) this.copies?.lead(where.slot);
-    return this.copies?.prepare(where) ?? (where.kind === "any" ? {} : { slot: where.slot });
+    const prepared = this.copies?.prepare(where) ?? (where.kind === "any" ? {} : { slot: where.slot });
+    if (!(where.kind === "take" && where.lead) || !this.copies) return prepared;
+    const copies = this.copies;
+    copies.lead(where.slot);
+    return { ...prepared, prefilled: (signal) => copies.prefilled(where.slot, signal) };
   }
 }

@@ -83,8 +83,8 @@ export type RunnerWish = {
   session?: string | undefined;
   /** The digest of its prompt's start (system prompt and tools), shared by sessions of one agent. */
   prefix?: string | undefined;
-  /** false: no slot can be named for it (llama-server drops `id_slot` there); its session only takes turns. */
-  placed?: boolean;
+  /** Naming no session: the digest of its conversation's opening (its start and first message), which finds its slot again. */
+  opening?: string | undefined;
 };
 
 export type Lane = "interactive" | "batch";

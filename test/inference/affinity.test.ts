@@ -43,11 +43,11 @@ describe("agent sessions sharing a runner", () => {
     const file = Array.from({ length: 40 }, (_, i) => `export const value${i} = parse(input${i});`).join("\n");
     const first = [{ role: "user", content: `Fix the failing test in parser.ts, please. It reads:\n${file}` }];
     const opened = await turn("alpha", "session-a", first);
-    expect(opened.prompt_n).toBeGreaterThan(4000);
+    expect(opened.prompt_n + opened.cache_n).toBeGreaterThan(4000);
     await turn("alpha", "session-b", [{ role: "user", content: "Write a README for this folder." }]);
     const second = [...first, { role: "assistant", content: "I read parser.ts." }, { role: "user", content: "Now run the tests." }];
     const again = await turn("alpha", "session-a", second);
-    expect(again.cache_n, JSON.stringify(again)).toBeGreaterThanOrEqual(opened.prompt_n);
+    expect(again.cache_n, JSON.stringify(again)).toBeGreaterThanOrEqual(opened.prompt_n + opened.cache_n);
     expect(again.prompt_n).toBeLessThan(60);
   });
 
@@ -68,13 +68,14 @@ describe("agent sessions sharing a runner", () => {
 
   it("K sessions opened together over one long start process it about once between them", async () => {
     const tasks = ["Fix the bug in lexer.ts.", "Add a test for the CLI.", "Explain the build script."];
+    const before = await processedTokens();
     const opened = await Promise.all(tasks.map((task, i) => turn("beta", `session-${i}`, [{ role: "user", content: task }])));
-    const processed = opened.map((t) => t.prompt_n);
-    const start = Math.max(...processed);
+    const start = Math.max(...opened.map((t) => t.prompt_n + t.cache_n));
     expect(start).toBeGreaterThan(4000);
-    // The first processes the start; each of the others only its own task, after a copy of the first's slot.
-    expect(processed.reduce((a, b) => a + b, 0), `prompt_n of each: ${processed.join(", ")}`).toBeLessThan(1.1 * start);
-    expect(opened.filter((t) => t.cache_n > 4000), JSON.stringify(opened)).toHaveLength(SLOTS - 1);
+    // The first's prompt is processed alone first (a request of ours that generates nothing); each of
+    // the others, after a copy of its slot, processes only its own task, and so does the first's answer.
+    expect((await processedTokens()) - before, JSON.stringify(opened)).toBeLessThan(1.1 * start);
+    expect(opened.filter((t) => t.cache_n > 4000), JSON.stringify(opened)).toHaveLength(SLOTS);
   });
 
   /** The runner's requests holding a slot (`in_flight`) or waiting for one (`queue_depth`), from /metrics. */
@@ -97,7 +98,8 @@ describe("agent sessions sharing a runner", () => {
     const [lead, ...followers] = await Promise.all([leading, ...following]);
     const next = await waiting;
     expect(lead!.predicted_n).toBe(300);
-    expect(lead!.prompt_n).toBeGreaterThan(4000);
+    // Its prompt was processed by our request before it, which generated nothing.
+    expect(lead!.cache_n).toBeGreaterThan(4000);
     for (const follower of followers) {
       expect(follower.cache_n, JSON.stringify(followers)).toBeGreaterThan(4000);
       expect(follower.prompt_n, JSON.stringify(followers)).toBeLessThan(60);
@@ -129,6 +131,54 @@ describe("agent sessions sharing a runner", () => {
     }
     expect((await waiting).prompt_n).toBeGreaterThan(4000);
   });
+});
+
+/** One turn of a client that names no session (a script, LangChain): the agent's start, its messages so far. */
+async function anonymous(agent: string, messages: Message[], reply: object = { max_tokens: 2 }): Promise<Timings> {
+  const body = { model: "ai/agent", messages: [{ role: "system", content: system(agent) }, ...messages], tools: TOOLS, temperature: 0, ...reply };
+  const answer = await ask({ url: stack.url }, "POST", "/v1/chat/completions", body);
+  expect(answer.status, answer.body).toBe(200);
+  return answer.json().timings as Timings;
+}
+
+/** Prompt tokens the runners have processed so far, as llama-server counts them (its /metrics), asked on their own sockets. */
+async function processedTokens(): Promise<number> {
+  const run = join(stack.dir, "run");
+  const sockets = (await readdir(run)).filter((name) => name.endsWith(".sock"));
+  const counts = await Promise.all(sockets.map(async (socket) => Number(/llamacpp:prompt_tokens_total (\d+)/.exec((await ask({ socketPath: join(run, socket) }, "GET", "/metrics")).body)?.[1] ?? 0)));
+  return counts.reduce((a, b) => a + b, 0);
+}
+
+describe("clients that name no session", () => {
+  it("opening together over one start process it once between them, and each later turn only its new tokens", async () => {
+    const tasks = ["Fix the bug in lexer.ts.", "Add a test for the CLI.", "Explain the build script."];
+    const before = await processedTokens();
+    const opened = await Promise.all(tasks.map((task) => anonymous("lambda", [{ role: "user", content: task }])));
+    const size = Math.max(...opened.map((t) => t.prompt_n + t.cache_n));
+    expect(size).toBeGreaterThan(4000);
+    const first = (await processedTokens()) - before;
+    // The start once, then each client's own task (llama-server alone processes the start once per client).
+    expect(first, JSON.stringify(opened)).toBeLessThan(1.1 * size);
+    const again = await Promise.all(tasks.map((task) => anonymous("lambda", [{ role: "user", content: task }, { role: "assistant", content: "On it." }, { role: "user", content: "Go on." }])));
+    for (const turn of again) expect(turn.prompt_n, JSON.stringify(again)).toBeLessThan(60);
+  });
+
+  it("sessions keep their conversations while decisions and requests naming no session run on every slot between their turns", async () => {
+    const sessions = Array.from({ length: SLOTS }, (_, i) => `kept-${i}`);
+    await Promise.all(sessions.map((session) => turn("mu", session, [{ role: "user", content: history(session) }])));
+    // Between their turns: as many clients naming no session, over a start of their own, and a
+    // decision asking more questions than there are slots, at once.
+    const decision = ask({ url: stack.url }, "POST", "/v1/decisions", {
+      model: "ai/agent",
+      input: `A report to judge. ${"It says many things about the build. ".repeat(30)}`,
+      questions: Array.from({ length: 2 * SLOTS }, (_, i) => ({ type: "predicate", name: `q${i}`, instructions: `Claim ${i} holds.` })),
+    });
+    const others = Array.from({ length: SLOTS }, (_, i) => anonymous("nu", [{ role: "user", content: `Task ${i}.` }]));
+    const [decided] = await Promise.all([decision, ...others]);
+    expect(decided.status, decided.body).toBe(200);
+    const next = await Promise.all(sessions.map((session) => turn("mu", session, second(session))));
+    for (const t of next) expect(t.prompt_n, JSON.stringify(next)).toBeLessThan(60);
+  }, 180_000);
 });
 
 /** Each session's own long history (a file it read, its own): what it would process again on a slot that lost it. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { prefixOf, sessionOf } from "../../src/inference/session.ts";
+import { openingOf, prefixOf, sessionOf } from "../../src/inference/session.ts";
 import { inSlot } from "../../src/inference/forward.ts";
 
 // What a request's session and start are read from, as each agent sends them.
@@ -42,6 +42,24 @@ describe("the start of a prompt", () => {
   it("none for a prompt without one (a bare completion, a chat without system prompt or tools)", () => {
     expect(prefixOf({ prompt: "once upon" })).toBeUndefined();
     expect(prefixOf({ messages: [{ role: "user", content: "a" }], tools: [] })).toBeUndefined();
+  });
+});
+
+describe("how a conversation opened", () => {
+  const system = { role: "system", content: "You are a helper." };
+  it("is its first message after the start: the same on every turn, another for another conversation", () => {
+    const first = { role: "user", content: "Summarise the report." };
+    const opened = openingOf({ messages: [system, first] });
+    expect(opened).toMatch(/^[0-9a-f]{32}$/);
+    expect(openingOf({ messages: [system, first, { role: "assistant", content: "It says..." }, { role: "user", content: "Shorter." }] })).toBe(opened);
+    expect(openingOf({ messages: [system, { role: "user", content: "Translate the report." }] })).not.toBe(opened);
+    expect(openingOf({ input: [{ role: "developer", content: "x" }, first] })).toBe(opened);
+  });
+
+  it("a Responses input given as a string opens with that string; nothing after the start, nothing", () => {
+    expect(openingOf({ input: "Hello" })).toMatch(/^[0-9a-f]{32}$/);
+    expect(openingOf({ messages: [system] })).toBeUndefined();
+    expect(openingOf({ prompt: "x" })).toBeUndefined();
   });
 });
 

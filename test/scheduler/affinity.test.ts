@@ -1,29 +1,32 @@
 import { describe, expect, it } from "vitest";
 import { placement, SlotTable, type Placement, type SlotState } from "../../src/scheduler/affinity.ts";
 
-// The slot a granted request goes to, as a table: the slots as they are (`session@prefix`, `*`
-// when a request runs there, `.` for an empty slot; a number after `~` is when it was last used),
-// the request (`session@prefix`), the starts being processed for others, the sessions whose slots
-// were given away (parked), and the placement.
+// The slot a granted request goes to, as a table: the slots as they are (`session@prefix`, an
+// anonymous conversation as `@prefix#opening`, `*` when a request runs there, `.` for an empty
+// slot; a number after `~` is when it was last used), the request (`session@prefix`,
+// `@prefix#opening`), the starts being processed for others, the sessions whose slots were given
+// away (parked), and the placement.
+
+function parse(text: string) {
+  const [named, opening] = text.split("#");
+  const [session, prefix] = named!.split("@");
+  return { session: session || undefined, prefix: prefix || undefined, ...(opening ? { opening } : {}) };
+}
 
 function slotsOf(text: string): SlotState[] {
   return text.split(" ").map((cell) => {
     const busy = cell.includes("*");
     const [name, used] = cell.replace("*", "").split("~");
     if (name === ".") return { busy, usedAt: Number(used ?? 0) };
-    const [session, prefix] = name!.split("@");
-    return { session: session || undefined, prefix, busy, usedAt: Number(used ?? 0) };
+    return { ...parse(name!), busy, usedAt: Number(used ?? 0) };
   });
 }
 
-const ask = (text: string) => {
-  const [session, prefix] = text.split("@");
-  return { session: session || undefined, prefix };
-};
+const ask = parse;
 
 describe("placing a request on a slot", () => {
   it.each<[string, string, string, Record<string, number>, Placement, string[]?]>([
-    ["no session: llama-server picks, as before", ". .", "@p", {}, { kind: "any" }],
+    ["neither a session nor a start (a bare completion): llama-server picks, as before", ". .", "", {}, { kind: "any" }],
     ["a session goes back to its slot when it is free", "a@p~1 b@p~2", "b@p", {}, { kind: "own", slot: 1 }],
     ["its slot busy (a side request of the same session): left to llama-server", "a@p* .", "a@p", {}, { kind: "any" }],
     ["a new session gets an empty slot and a copy of a free slot holding its start", "a@p~5 b@p~2 .", "c@p", {}, { kind: "follow", slot: 2, from: 1 }],
@@ -44,6 +47,15 @@ describe("placing a request on a slot", () => {
     ["another session parked changes nothing for this one", "a@p~5 b@p~2", "c@p", {}, { kind: "take", slot: 1, lead: false, park: "b" }, ["d"]],
     ["a parked session whose slot is free again (a side request came between) just goes back", "a@p~5 c@p~2", "c@p", {}, { kind: "own", slot: 1 }, ["c"]],
     ["no slot free: left to llama-server, parked or not", "a@p* b@p*", "c@p", {}, { kind: "any" }, ["c"]],
+    // Anonymous conversations: a start, no session.
+    ["an anonymous conversation with a new start leads in an empty slot", "a@q~1 .", "@p#o1", {}, { kind: "take", slot: 1, lead: true }],
+    ["anonymous clients opening together over one start follow the first", "@p#o1* . .", "@p#o2", { p: 0 }, { kind: "follow", slot: 1, from: 0 }],
+    ["an anonymous conversation goes back to the free slot where it opened", "@p#o1~1 @p#o2~2 @p#o3~3", "@p#o2", {}, { kind: "take", slot: 1, lead: false }],
+    ["...not to its slot while it is busy: another, with the start", "@p#o1~1 @p#o2* .", "@p#o2", {}, { kind: "follow", slot: 2, from: 0 }],
+    ["a session's slot is not taken while one holding no session's conversation is free", "a@p~1 @q#o~5", "@p#x", {}, { kind: "follow", slot: 1, from: 0 }],
+    ["a new session takes a slot holding its start and no session's conversation: nothing parked, nothing copied", "a@p~1 @p#o~5", "b@p", {}, { kind: "take", slot: 1, lead: false }],
+    ["every free slot holds a session's conversation: the least recently used is parked", "a@p~1 b@p~5", "@p#o", {}, { kind: "take", slot: 0, lead: false, park: "a" }],
+    ["a session never goes to an anonymous conversation's slot by its opening", "@p#b~1 .", "b@p", {}, { kind: "follow", slot: 1, from: 0 }],
   ])("%s", (_story, slots, request, leading, expected, parked = []) => {
     expect(placement(slotsOf(slots), ask(request), new Map(Object.entries(leading)), new Set(parked))).toEqual(expected);
   });
