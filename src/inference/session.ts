@@ -4,8 +4,11 @@ import { createHash } from "node:crypto";
 // runner's slot table (src/scheduler/affinity.ts) places requests by. Agents name their session
 // themselves, each in its own way; a request that names none is placed by llama-server, as before.
 
-/** Headers that name a session: Claude Code's, then Codex's (both spellings seen). */
-const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id"];
+/**
+ * Headers that name a session: Claude Code's, then Codex's (both spellings seen; pi's and Qwen
+ * Code's as launch sets them up are `session_id`), then pi's other one.
+ */
+const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id", "x-session-affinity"];
 
 /** A session's name as kept (a client may send anything: bounded, so a table of them stays small). */
 const MAX_SESSION_CHARS = 200;
