@@ -134,6 +134,55 @@ export async function runAgent(world: World, agent: AgentName, model: string, ar
   return run(plan.command, plan.args, agentEnv(world, plan.env), world.work, "null");
 }
 
+/**
+ * The agent alone, set up as launch sets it up for MODEL (its context told), spoken to over its
+ * stdin as its scripted modes take it: `talk` sends lines and waits for the answers it needs, and
+ * the agent's stdin is closed once it is done (killed past the limit, as `run`).
+ */
+export async function converse(world: World, agent: AgentName, context: number, args: string[], talk: (say: (line: string) => void, hear: (test: (line: string) => boolean) => Promise<string>) => Promise<void>): Promise<Run> {
+  const home = join(world.home, "plans", agent);
+  const plan = AGENTS[agent].plan({ baseUrl: world.stack.url, apiKey: KEY, model: MODEL, home, context }, args);
+  for (const file of plan.files) {
+    await mkdir(join(file.path, ".."), { recursive: true });
+    await writeFile(file.path, file.content);
+  }
+  const child = spawn(plan.command, plan.args, { cwd: world.work, env: agentEnv(world, plan.env), detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  let [stdout, stderr, killed] = ["", "", false];
+  const lines: string[] = [];
+  let waiting: (() => void) | undefined;
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk;
+    lines.splice(0, lines.length, ...stdout.split("\n").slice(0, -1));
+    waiting?.();
+  });
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk));
+  const timer = setTimeout(() => {
+    killed = true;
+    process.kill(-child.pid!, "SIGKILL");
+  }, RUN_LIMIT_MS);
+  const closed = new Promise<number | null>((resolve) => child.once("close", resolve));
+  let heard = 0;
+  const hear = async (test: (line: string) => boolean) => {
+    for (;;) {
+      const at = lines.findIndex((line, i) => i >= heard && test(line));
+      if (at >= 0) {
+        heard = at + 1;
+        return lines[at]!;
+      }
+      if (child.exitCode !== null || killed) throw new Error(`${agent} ended before answering; stderr: ${stderr}`);
+      await Promise.race([new Promise<void>((resolve) => (waiting = resolve)), closed]);
+    }
+  };
+  try {
+    await talk((line) => child.stdin.write(`${line}\n`), hear);
+  } finally {
+    child.stdin.end();
+  }
+  const code = await closed;
+  clearTimeout(timer);
+  return { code, stdout, stderr, killed };
+}
+
 /** One generation as llama-server logged it: prompt tokens processed (not from its cache), tokens generated, the prompt's size. */
 export type Task = { processed: number; generated: number; prompt: number };
 

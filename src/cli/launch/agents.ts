@@ -181,9 +181,9 @@ const copilot: Agent = {
 const droid: Agent = {
   dialect: "OpenAI Responses (/v1/responses)",
   install: "npm install -g @factory/cli",
-  // Measured (droid 0.225.2, `exec`): 35.0k characters of instructions, 6 tools and input, against
-  // Claude Code's 48.0k for its ~23k tokens.
-  openingTokens: 17_000,
+  // Measured (droid 0.225.2): interactive (its JSON-RPC mode), 54.9k characters of instructions,
+  // 15 tools and input; `exec`, 35.0k with 6 tools. Against Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 27_000,
   plan(setup, args) {
     const path = join(setup.home, ".factory", "settings.json");
     const settings = {
