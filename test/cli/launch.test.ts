@@ -214,7 +214,7 @@ describe("the model and its context", () => {
   });
 
   it("a context too small for the agent's opening prompt: one line with the configure command, which fixes it", async () => {
-    for (const [agent, needed] of [["claude", 23000], ["codex", 19000], ["opencode", 15000], ["copilot", 23000], ["droid", 27000], ["qwen", 27000], ["pi", 2700]] as const) {
+    for (const [agent, needed] of [["claude", 23000], ["codex", 19000], ["opencode", 15000], ["copilot", 27000], ["droid", 27000], ["qwen", 27000], ["pi", 2700]] as const) {
       const refused = await llamadock(["launch", agent, "ai/tiny"], overSocket());
       expect(refused.code, agent).toBe(1);
       expect(refused.stderr.split("\n")).toHaveLength(2);

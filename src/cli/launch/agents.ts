@@ -152,9 +152,9 @@ const outputTokens = (context: number) => Math.min(8192, Math.floor(context / 4)
 const copilot: Agent = {
   dialect: "OpenAI Responses (/v1/responses)",
   install: "npm install -g @github/copilot",
-  // Measured (Copilot CLI 1.0.102, `-p`): 48.0k characters of instructions, 17 tools and input, as
-  // Claude Code's 48.0k for its ~23k tokens.
-  openingTokens: 23_000,
+  // Measured (Copilot CLI 1.0.102): interactive, 57.5k characters of instructions, 18 tools and
+  // input; `-p`, 48.0k with 17 tools. Against Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 27_000,
   plan(setup, args) {
     const env: Record<string, string> = {
       COPILOT_HOME: setup.home,
