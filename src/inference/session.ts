@@ -6,8 +6,11 @@ import { createHash } from "node:crypto";
 // a start is placed as an anonymous conversation, found again by its opening; one with neither is
 // placed by llama-server, as before.
 
-/** Headers that name a session: Claude Code's, then Codex's (both spellings seen). */
-const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id"];
+/**
+ * Headers that name a session: Claude Code's, then Codex's (both spellings seen; pi's and Qwen
+ * Code's as launch sets them up are `session_id`), then pi's other one.
+ */
+const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id", "x-session-affinity"];
 
 /** A session's name as kept (a client may send anything: bounded, so a table of them stays small). */
 const MAX_SESSION_CHARS = 200;

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
@@ -9,8 +10,8 @@ import { ask } from "../support/http.ts";
 import { projectRoot } from "../support/server-process.ts";
 import { until } from "../support/until.ts";
 
-// What the tests of the real coding agents share (Claude Code, Codex CLI, opencode: the npm
-// packages pinned in package.json, run from node_modules/.bin). A model runner as users run it
+// What the tests of the real coding agents share (Claude Code, Codex CLI, opencode, Copilot CLI,
+// Droid, Qwen Code, pi: the npm packages pinned in package.json, run from node_modules/.bin). A model runner as users run it
 // (src/index.ts, real llama-server runners) that asks for a named key over TCP, with two tiny BPE
 // models: one whose single slot holds 65536 tokens, room for any agent's opening prompt (30-60k
 // tokens of this vocabulary, about a character each), and one of 4096 tokens, too small for any.
@@ -38,14 +39,18 @@ export type World = {
   stop(): Promise<void>;
 };
 
-export async function startWorld(): Promise<World> {
+/**
+ * `context`: MODEL's, 65536 unless an agent needs more room than its opening prompt (Qwen Code
+ * compacts a conversation past its window less 33000 tokens).
+ */
+export async function startWorld(context = 65536): Promise<World> {
   const terse = { vocabulary: "bpe", answers: "terse" } as const;
   // At most 64 tokens an answer: a terse answer ends well before, and a stray one stays short.
-  const stack = await startStack({ models: [], shaped: { [MODEL]: { ...terse, seed: 5, context: 65536 }, [SMALL]: { ...terse, seed: 6, context: 4096 } }, env: { INFERENCE_MAX_TOKENS: "64" } });
+  const stack = await startStack({ models: [], shaped: { [MODEL]: { ...terse, seed: 5, context }, [SMALL]: { ...terse, seed: 6, context: 4096 } }, env: { INFERENCE_MAX_TOKENS: "64" } });
   const dir = await mkdtemp(join(tmpdir(), "llamadock-agents-"));
   try {
     // One slot with the whole context (four would each hold a quarter, less than Claude Code's opening prompt).
-    const configured = await ask({ url: stack.url }, "POST", "/engines/_configure", { model: MODEL, "context-size": 65536, slots: 1 });
+    const configured = await ask({ url: stack.url }, "POST", "/engines/_configure", { model: MODEL, "context-size": context, slots: 1 });
     if (configured.status !== 202) throw new Error(`configure: ${configured.status} ${configured.body}`);
     await writeFile(join(stack.dir, "keys"), `${KEY} name=${KEY_NAME}\n`);
     await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys") });
@@ -80,7 +85,7 @@ export type Run = { code: number | null; stdout: string; stderr: string; killed:
 function agentEnv(world: World, extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of Object.keys(env)) {
-    if (/^(XDG_|ANTHROPIC_|CLAUDE_|CODEX_|OPENAI_|OPENCODE_|MODEL_RUNNER_)/.test(name)) delete env[name];
+    if (/^(XDG_|ANTHROPIC_|CLAUDE_|CODEX_|OPENAI_|OPENCODE_|COPILOT_|GH_|GITHUB_|FACTORY_|QWEN_|PI_|MODEL_RUNNER_)/.test(name)) delete env[name];
   }
   return { ...env, HOME: world.home, PATH: `${join(projectRoot, "node_modules", ".bin")}${delimiter}${process.env.PATH}`, NO_COLOR: "1", npm_config_registry: "http://127.0.0.1:9/", npm_config_fetch_retries: "0", ...extra };
 }
@@ -127,6 +132,55 @@ export async function runAgent(world: World, agent: AgentName, model: string, ar
   await mkdir(home, { recursive: true });
   for (const file of plan.files) await writeFile(file.path, file.content);
   return run(plan.command, plan.args, agentEnv(world, plan.env), world.work, "null");
+}
+
+/**
+ * The agent alone, set up as launch sets it up for MODEL (its context told), spoken to over its
+ * stdin as its scripted modes take it: `talk` sends lines and waits for the answers it needs, and
+ * the agent's stdin is closed once it is done (killed past the limit, as `run`).
+ */
+export async function converse(world: World, agent: AgentName, context: number, args: string[], talk: (say: (line: string) => void, hear: (test: (line: string) => boolean) => Promise<string>) => Promise<void>): Promise<Run> {
+  const home = join(world.home, "plans", agent);
+  const plan = AGENTS[agent].plan({ baseUrl: world.stack.url, apiKey: KEY, model: MODEL, home, context }, args);
+  for (const file of plan.files) {
+    await mkdir(join(file.path, ".."), { recursive: true });
+    await writeFile(file.path, file.content);
+  }
+  const child = spawn(plan.command, plan.args, { cwd: world.work, env: agentEnv(world, plan.env), detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  let [stdout, stderr, killed] = ["", "", false];
+  const lines: string[] = [];
+  let waiting: (() => void) | undefined;
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk;
+    lines.splice(0, lines.length, ...stdout.split("\n").slice(0, -1));
+    waiting?.();
+  });
+  child.stderr.on("data", (chunk: Buffer) => (stderr += chunk));
+  const timer = setTimeout(() => {
+    killed = true;
+    process.kill(-child.pid!, "SIGKILL");
+  }, RUN_LIMIT_MS);
+  const closed = new Promise<number | null>((resolve) => child.once("close", resolve));
+  let heard = 0;
+  const hear = async (test: (line: string) => boolean) => {
+    for (;;) {
+      const at = lines.findIndex((line, i) => i >= heard && test(line));
+      if (at >= 0) {
+        heard = at + 1;
+        return lines[at]!;
+      }
+      if (child.exitCode !== null || killed) throw new Error(`${agent} ended before answering; stderr: ${stderr}`);
+      await Promise.race([new Promise<void>((resolve) => (waiting = resolve)), closed]);
+    }
+  };
+  try {
+    await talk((line) => child.stdin.write(`${line}\n`), hear);
+  } finally {
+    child.stdin.end();
+  }
+  const code = await closed;
+  clearTimeout(timer);
+  return { code, stdout, stderr, killed };
 }
 
 /** One generation as llama-server logged it: prompt tokens processed (not from its cache), tokens generated, the prompt's size. */
@@ -197,4 +251,29 @@ export type Usage = { prompt: number; cached: number; output: number };
 
 export function counted(list: Task[]): Usage {
   return list.reduce((sum, t) => ({ prompt: sum.prompt + t.prompt, cached: sum.cached + t.prompt - t.processed, output: sum.output + t.generated }), { prompt: 0, cached: 0, output: 0 });
+}
+
+/**
+ * The slot-cache entry a session of the test's key is parked under: the slot table names sessions
+ * per key (src/scheduler/session-slots.ts), and the folder names a parked one by a digest of that
+ * name (src/slot-cache/parking.ts).
+ */
+export const parkedEntry = (session: string) => `p${createHash("sha256").update(`${KEY_NAME}\u0000${session}`).digest("hex").slice(0, 32)}`;
+
+/** The parked sessions' entries in the slot-cache folder (named for a session, not a slot). */
+export async function parked(world: World): Promise<string[]> {
+  const names = await readdir(join(world.stack.dir, "models", "slot-cache")).catch(() => [] as string[]);
+  return names.flatMap((name) => /-(p[0-9a-f]{32})\.bin$/.exec(name)?.slice(1) ?? []);
+}
+
+/**
+ * MODEL's runner unloaded (over the socket, its owner's door): a slot that holds an agent session's
+ * conversation, as the slot table knows it, is parked under that session's name. So an entry new
+ * after it says that the table recognised the session the agent's requests named.
+ */
+export async function unloadParking(world: World): Promise<string[]> {
+  const before = new Set(await parked(world));
+  const answer = await ask({ socketPath: world.stack.socket }, "POST", "/engines/unload", { models: [MODEL] });
+  if (answer.status !== 200) throw new Error(`unload: ${answer.status} ${answer.body}`);
+  return (await parked(world)).filter((entry) => !before.has(entry));
 }

@@ -26,6 +26,10 @@ const WHERE: Record<string, { base: string; key: string }> = {
   claude: { base: '"$ANTHROPIC_BASE_URL"', key: '"$ANTHROPIC_AUTH_TOKEN"' },
   codex: { base: `"$(sed -n 's/^base_url = "\\(.*\\)"$/\\1/p' "$CODEX_HOME/config.toml")"`, key: '"$LLAMADOCK_API_KEY"' },
   opencode: { base: `"$(sed -n 's/^ *"baseURL": "\\(.*\\)",$/\\1/p' "$OPENCODE_CONFIG")"`, key: '"$LLAMADOCK_API_KEY"' },
+  copilot: { base: '"$COPILOT_PROVIDER_BASE_URL"', key: '"$COPILOT_PROVIDER_API_KEY"' },
+  droid: { base: `"$(sed -n 's/^ *"baseUrl": "\\(.*\\)",$/\\1/p' "$FACTORY_HOME_OVERRIDE/.factory/settings.json")"`, key: '"$LLAMADOCK_API_KEY"' },
+  qwen: { base: `"$(sed -n 's/^ *"baseUrl": "\\(.*\\)",$/\\1/p' "$QWEN_HOME/settings.json")"`, key: '"$LLAMADOCK_API_KEY"' },
+  pi: { base: `"$(sed -n 's/^ *"baseUrl": "\\(.*\\)",$/\\1/p' "$PI_CODING_AGENT_DIR/models.json")"`, key: '"$LLAMADOCK_API_KEY"' },
 };
 
 function standIn(agent: string): string {
@@ -37,6 +41,9 @@ printf '%s\\n' "$@" > ${out}/argv
 env > ${out}/env
 [ -n "$CODEX_HOME" ] && cp "$CODEX_HOME/config.toml" ${out}/config 2>/dev/null
 [ -n "$OPENCODE_CONFIG" ] && cp "$OPENCODE_CONFIG" ${out}/config
+[ -n "$FACTORY_HOME_OVERRIDE" ] && cp "$FACTORY_HOME_OVERRIDE/.factory/settings.json" ${out}/config
+[ -n "$QWEN_HOME" ] && cp "$QWEN_HOME/settings.json" ${out}/config
+[ -n "$PI_CODING_AGENT_DIR" ] && cp "$PI_CODING_AGENT_DIR/models.json" ${out}/config
 base=${base}
 # Claude Code's base URL has no /v1; the others' have it.
 case "$base" in */v1) models="$base/models" ;; *) models="$base/v1/models" ;; esac
@@ -129,6 +136,69 @@ describe("--print", () => {
     });
   });
 
+  it("copilot: its offline BYOK mode, Responses at the server's /v1, the key passed but shown as ***, its prompt and answer sizes within the context", async () => {
+    const { code, stdout } = await llamadock(["launch", "copilot", "ai/long", "--print", "--", "-p", "do it"], overTcp());
+    expect(code).toBe(0);
+    expect(stdout).not.toContain(KEY);
+    expect(vars(stdout)).toEqual({
+      COPILOT_HOME: join(home, ".llamadock", "agents", "copilot"),
+      COPILOT_OFFLINE: "true",
+      COPILOT_PROVIDER_BASE_URL: `${stack.url}/v1`,
+      COPILOT_PROVIDER_TYPE: "openai",
+      COPILOT_PROVIDER_WIRE_API: "responses",
+      COPILOT_PROVIDER_API_KEY: "***",
+      COPILOT_MODEL: "ai/long",
+      COPILOT_PROVIDER_MAX_PROMPT_TOKENS: String(131072 - 8192),
+      COPILOT_PROVIDER_MAX_OUTPUT_TOKENS: "8192",
+      COPILOT_AUTO_UPDATE: "false",
+    });
+    expect(stdout.trimEnd().split("\n").at(-1)).toBe("copilot -p 'do it'");
+  });
+
+  /** The JSON file `--print` shows at `path`. */
+  const shownFile = (stdout: string, path: string) => JSON.parse(stdout.slice(stdout.indexOf(`# ${path}\n`) + path.length + 3).split("\n# ")[0]!);
+
+  it("droid: a custom model at the server's /v1 (Responses), the key read from the environment, in its airgap mode, the context told", async () => {
+    const { code, stdout } = await llamadock(["launch", "droid", "ai/long", "--print"], overTcp());
+    expect(code).toBe(0);
+    expect(stdout).not.toContain(KEY);
+    const folder = join(home, ".llamadock", "agents", "droid");
+    expect(vars(stdout)).toEqual({ FACTORY_HOME_OVERRIDE: folder, FACTORY_AIRGAP_ENABLED: "true", FACTORY_DROID_AUTO_UPDATE_ENABLED: "false", LLAMADOCK_API_KEY: "***" });
+    expect(shownFile(stdout, join(folder, ".factory", "settings.json"))).toEqual({
+      customModels: [{ model: "ai/long", displayName: "ai/long", baseUrl: `${stack.url}/v1`, apiKey: "${LLAMADOCK_API_KEY}", provider: "openai", maxContextLimit: 131072, maxOutputTokens: 8192 }],
+      sessionDefaultSettings: { model: "custom:ai/long-0" },
+      cloudSessionSync: false,
+    });
+  });
+
+  it("qwen: a provider at the server's /v1, the key read from the environment, its session in a header, what would break the cache off", async () => {
+    const { code, stdout } = await llamadock(["launch", "qwen", "ai/long", "--print"], overTcp());
+    expect(code).toBe(0);
+    expect(stdout).not.toContain(KEY);
+    const folder = join(home, ".llamadock", "agents", "qwen");
+    expect(vars(stdout)).toEqual({ QWEN_HOME: folder, LLAMADOCK_API_KEY: "***" });
+    expect(shownFile(stdout, join(folder, "settings.json"))).toMatchObject({
+      modelProviders: { openai: [{ id: "ai/long", baseUrl: `${stack.url}/v1`, envKey: "LLAMADOCK_API_KEY", generationConfig: { contextWindowSize: 131072, customHeaders: { session_id: "${session_id}" } } }] },
+      security: { auth: { selectedType: "openai" } },
+      model: { name: "ai/long" },
+      outboundCorrelation: { allowDynamicHeaderValues: true },
+      memory: { enableManagedAutoMemory: false, enableManagedAutoDream: false },
+      context: { clearContextOnIdle: { toolResultsThresholdMinutes: -1 } },
+    });
+  });
+
+  it("pi: a provider at the server's /v1 chosen as its default, the key by the name of its variable, its session headers on, the context told", async () => {
+    const { code, stdout } = await llamadock(["launch", "pi", "ai/long", "--print"], overTcp());
+    expect(code).toBe(0);
+    expect(stdout).not.toContain(KEY);
+    const folder = join(home, ".llamadock", "agents", "pi");
+    expect(vars(stdout)).toEqual({ PI_CODING_AGENT_DIR: folder, PI_OFFLINE: "1", LLAMADOCK_API_KEY: "***" });
+    expect(shownFile(stdout, join(folder, "models.json"))).toEqual({
+      providers: { llamadock: { baseUrl: `${stack.url}/v1`, api: "openai-completions", apiKey: "LLAMADOCK_API_KEY", compat: { sendSessionAffinityHeaders: true }, models: [{ id: "ai/long", name: "ai/long", contextWindow: 131072, maxTokens: 8192 }] } },
+    });
+    expect(shownFile(stdout, join(folder, "settings.json"))).toEqual({ defaultProvider: "llamadock", defaultModel: "ai/long", compaction: { reserveTokens: 8192 } });
+  });
+
   it("over the Unix socket: says the socket is relayed on a loopback port at launch", async () => {
     const { code, stdout } = await llamadock(["launch", "claude", "ai/long", "--print"], overSocket());
     expect(code).toBe(0);
@@ -144,7 +214,7 @@ describe("the model and its context", () => {
   });
 
   it("a context too small for the agent's opening prompt: one line with the configure command, which fixes it", async () => {
-    for (const [agent, needed] of [["claude", 23000], ["codex", 19000], ["opencode", 15000]] as const) {
+    for (const [agent, needed] of [["claude", 23000], ["codex", 19000], ["opencode", 15000], ["copilot", 27000], ["droid", 27000], ["qwen", 27000], ["pi", 2700]] as const) {
       const refused = await llamadock(["launch", agent, "ai/tiny"], overSocket());
       expect(refused.code, agent).toBe(1);
       expect(refused.stderr.split("\n")).toHaveLength(2);
@@ -171,7 +241,7 @@ describe("the model and its context", () => {
 });
 
 describe("running the agent", () => {
-  it.each(["claude", "codex", "opencode"])("%s over TCP: its arguments, environment and private config; a real request with its key; its exit status", async (agent) => {
+  it.each(["claude", "codex", "opencode", "copilot", "droid", "qwen", "pi"])("%s over TCP: its arguments, environment and private config; a real request with its key; its exit status", async (agent) => {
     const { code, stderr } = await llamadock(["launch", agent, "ai/long", "--", "-p", "two words"], overTcp({ STAND_IN_EXIT: "3" }));
     expect({ code, stderr }).toEqual({ code: 3, stderr: "" });
     expect(await dumped(agent, "argv")).toBe("-p\ntwo words\n");
@@ -182,11 +252,13 @@ describe("running the agent", () => {
     if (agent === "claude") {
       for (const tier of TIERS) expect(seen[tier], tier).toBe("ai/long");
       expect(seen).toMatchObject({ ANTHROPIC_AUTH_TOKEN: KEY, ANTHROPIC_API_KEY: "", CLAUDE_CODE_TOTAL_TOKENS_REMINDER: "off", CLAUDE_CODE_MAX_CONTEXT_TOKENS: "131072" });
+    } else if (agent === "copilot") {
+      expect(seen).toMatchObject({ COPILOT_PROVIDER_API_KEY: KEY, COPILOT_PROVIDER_BASE_URL: `${stack.url}/v1`, COPILOT_MODEL: "ai/long" });
     } else {
       expect(seen.LLAMADOCK_API_KEY).toBe(KEY);
       const config = await dumped(agent, "config");
       expect(config).not.toContain(KEY);
-      expect(config).toContain(agent === "codex" ? `base_url = "${stack.url}/v1"` : `"baseURL": "${stack.url}/v1"`);
+      expect(config).toContain({ codex: `base_url = "${stack.url}/v1"`, opencode: `"baseURL": "${stack.url}/v1"` }[agent] ?? `"baseUrl": "${stack.url}/v1"`);
     }
   });
 
@@ -210,7 +282,7 @@ describe("running the agent", () => {
   });
 
   it("an unknown agent, or one not on PATH: status 1 or 127 and what to do", async () => {
-    expect(await llamadock(["launch", "vim", "ai/long"], overSocket())).toMatchObject({ code: 1, stderr: "llamadock: unknown agent vim: one of claude, codex, opencode\n" });
+    expect(await llamadock(["launch", "vim", "ai/long"], overSocket())).toMatchObject({ code: 1, stderr: "llamadock: unknown agent vim: one of claude, codex, opencode, copilot, droid, qwen, pi\n" });
     const missing = await llamadock(["launch", "codex", "ai/long"], overSocket({ PATH: "/usr/bin:/bin" }));
     expect(missing).toMatchObject({ code: 127, stderr: "llamadock: codex is not on PATH: install it with `npm install -g @openai/codex`\n" });
   });

@@ -9,6 +9,13 @@ describe("the session a request belongs to", () => {
     ["Claude Code's header", { "x-claude-code-session-id": "cc-1" }, { metadata: { user_id: "u" } }, "cc-1"],
     ["Codex's header", { "session-id": "cx-1" }, { prompt_cache_key: "cx-1" }, "cx-1"],
     ["the header's other spelling", { session_id: "cx-2" }, {}, "cx-2"],
+    // As launch sets each up, measured: pi sends its session in three headers, Qwen Code in the one launch names.
+    ["pi's headers", { session_id: "pi-1", "x-client-request-id": "pi-1", "x-session-affinity": "pi-1" }, { messages: [] }, "pi-1"],
+    ["pi's affinity header alone", { "x-session-affinity": "pi-2" }, { messages: [] }, "pi-2"],
+    ["Qwen Code's header", { session_id: "qw-1" }, { messages: [] }, "qw-1"],
+    // Copilot CLI and Droid on Responses: the session (Copilot's digest of it, Droid's id) as prompt_cache_key only.
+    ["Copilot CLI's prompt_cache_key", { "x-initiator": "user", "x-interaction-type": "conversation-user" }, { prompt_cache_key: "2eddc13365024a78b5ee1aad39a6ce45", store: false }, "2eddc13365024a78b5ee1aad39a6ce45"],
+    ["Droid's prompt_cache_key", {}, { prompt_cache_key: "22d78522-c324-4791-811a-0d728e42b3e5", store: false }, "22d78522-c324-4791-811a-0d728e42b3e5"],
     ["OpenAI's prompt_cache_key", {}, { prompt_cache_key: "k", user: "u" }, "k"],
     ["Anthropic's metadata.user_id", {}, { metadata: { user_id: "user_abc" } }, "user_abc"],
     ["OpenAI's user", {}, { user: "u-7" }, "u-7"],

@@ -80,10 +80,13 @@ const LEANING: Lean[] = [
  * answers were one or two tokens long) and never opens a tool call. The coding agents' tests use
  * it: their tools are many and their arguments free strings, which random weights would fill for
  * hundreds of tokens at a long context's speed, and a call cut off by max_tokens is an error.
+ * Right after the assistant's header it writes a letter first: it ended its turn there at once,
+ * an empty answer, which Copilot CLI takes for a failed request ("No response was returned").
  */
 const TERSE_LEANING: Lean[] = [
   { token: "<|im_end|>", by: 1.5 },
   { token: "<tool_call>", by: -4 },
+  { token: "H", by: 6, after: "Ċ" },
 ];
 
 /**

@@ -5,7 +5,7 @@ import { join } from "node:path";
 // model given for every tier the agent uses. The API key travels in the environment only, never in
 // a file, so that the folder can be shown and kept.
 
-export const AGENT_NAMES = ["claude", "codex", "opencode"] as const;
+export const AGENT_NAMES = ["claude", "codex", "opencode", "copilot", "droid", "qwen", "pi"] as const;
 export type AgentName = (typeof AGENT_NAMES)[number];
 
 export type Setup = {
@@ -142,7 +142,149 @@ const opencode: Agent = {
   },
 };
 
-export const AGENTS: Record<AgentName, Agent> = { claude, codex, opencode };
+/** What an agent may answer in one request, told with the context: a quarter of it, at most 8192. */
+const outputTokens = (context: number) => Math.min(8192, Math.floor(context / 4));
+
+/**
+ * Copilot CLI (OpenAI Responses): its offline BYOK mode, all in its environment, its state in a
+ * COPILOT_HOME of ours. Offline it needs no GitHub login and sends no telemetry.
+ */
+const copilot: Agent = {
+  dialect: "OpenAI Responses (/v1/responses)",
+  install: "npm install -g @github/copilot",
+  // Measured (Copilot CLI 1.0.102): interactive, 57.5k characters of instructions, 18 tools and
+  // input; `-p`, 48.0k with 17 tools. Against Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 27_000,
+  plan(setup, args) {
+    const env: Record<string, string> = {
+      COPILOT_HOME: setup.home,
+      COPILOT_OFFLINE: "true",
+      COPILOT_PROVIDER_BASE_URL: `${setup.baseUrl}/v1`,
+      COPILOT_PROVIDER_TYPE: "openai",
+      // Its Responses requests name the session (prompt_cache_key); its chat ones name none.
+      COPILOT_PROVIDER_WIRE_API: "responses",
+      COPILOT_PROVIDER_API_KEY: keyOrPlaceholder(setup.apiKey),
+      COPILOT_MODEL: setup.model,
+      // Its catalog knows only GitHub's models: without these it assumes their windows.
+      ...(setup.context ? { COPILOT_PROVIDER_MAX_PROMPT_TOKENS: String(setup.context - outputTokens(setup.context)), COPILOT_PROVIDER_MAX_OUTPUT_TOKENS: String(outputTokens(setup.context)) } : {}),
+      COPILOT_AUTO_UPDATE: "false",
+    };
+    return { command: "copilot", args, env, secrets: ["COPILOT_PROVIDER_API_KEY"], files: [] };
+  },
+};
+
+/**
+ * Droid (Factory's CLI, OpenAI Responses): a custom model in the settings.json of a home of ours
+ * (FACTORY_HOME_OVERRIDE), in its airgap mode, which needs no Factory login and calls nothing but
+ * the model's server.
+ */
+const droid: Agent = {
+  dialect: "OpenAI Responses (/v1/responses)",
+  install: "npm install -g @factory/cli",
+  // Measured (droid 0.225.2): interactive (its JSON-RPC mode), 54.9k characters of instructions,
+  // 15 tools and input; `exec`, 35.0k with 6 tools. Against Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 27_000,
+  plan(setup, args) {
+    const path = join(setup.home, ".factory", "settings.json");
+    const settings = {
+      customModels: [
+        {
+          model: setup.model,
+          displayName: setup.model,
+          baseUrl: `${setup.baseUrl}/v1`,
+          // Expanded from the environment when it starts: the key is never in the file.
+          apiKey: `\${${KEY_VAR}}`,
+          // Its "openai" provider speaks Responses, naming the session (prompt_cache_key); its
+          // chat one names none.
+          provider: "openai",
+          ...(setup.context ? { maxContextLimit: setup.context, maxOutputTokens: outputTokens(setup.context) } : {}),
+        },
+      ],
+      sessionDefaultSettings: { model: `custom:${setup.model}-0` },
+      cloudSessionSync: false,
+    };
+    const env = { FACTORY_HOME_OVERRIDE: setup.home, FACTORY_AIRGAP_ENABLED: "true", FACTORY_DROID_AUTO_UPDATE_ENABLED: "false", [KEY_VAR]: keyOrPlaceholder(setup.apiKey) };
+    return { command: "droid", args, env, secrets: [KEY_VAR], files: [{ path, content: `${JSON.stringify(settings, null, 2)}\n` }] };
+  },
+};
+
+/**
+ * Qwen Code (OpenAI chat): a provider in the settings.json of a QWEN_HOME of ours. Its session goes
+ * in a header of ours (its own name for it, sent to the gateways it knows), and what would send
+ * other prompts in the session's name, or rewrite its history, is off.
+ */
+const qwen: Agent = {
+  dialect: "OpenAI chat completions (/v1/chat/completions)",
+  install: "npm install -g @qwen-code/qwen-code",
+  // Measured (Qwen Code 0.24.4, headless): 55.3k characters of system prompt, 10 tools and input,
+  // against Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 27_000,
+  plan(setup, args) {
+    const path = join(setup.home, "settings.json");
+    const settings = {
+      modelProviders: {
+        openai: [
+          {
+            id: setup.model,
+            name: setup.model,
+            baseUrl: `${setup.baseUrl}/v1`,
+            // Read from the environment: the key is never in the file.
+            envKey: KEY_VAR,
+            generationConfig: { ...(setup.context ? { contextWindowSize: setup.context } : {}), customHeaders: { session_id: "${session_id}" } },
+          },
+        ],
+      },
+      security: { auth: { selectedType: "openai" } },
+      model: { name: setup.model },
+      // The session's id in that header, filled in per request.
+      outboundCorrelation: { allowDynamicHeaderValues: true },
+      // Memories are extracted and consolidated by requests of their own after each turn, in the
+      // session's name: each would take its slot and leave the conversation to be processed again.
+      memory: { enableManagedAutoMemory: false, enableManagedAutoDream: false },
+      // Old tool results cleared after an hour idle: the history rewritten, processed again.
+      context: { clearContextOnIdle: { toolResultsThresholdMinutes: -1 } },
+      privacy: { usageStatisticsEnabled: false },
+      general: { enableAutoUpdate: false },
+    };
+    const env = { QWEN_HOME: setup.home, [KEY_VAR]: keyOrPlaceholder(setup.apiKey) };
+    return { command: "qwen", args, env, secrets: [KEY_VAR], files: [{ path, content: `${JSON.stringify(settings, null, 2)}\n` }] };
+  },
+};
+
+/** pi (OpenAI chat): a provider in the models.json of a PI_CODING_AGENT_DIR of ours, chosen in its settings.json. */
+const pi: Agent = {
+  dialect: "OpenAI chat completions (/v1/chat/completions)",
+  install: "npm install -g @mariozechner/pi-coding-agent",
+  // Measured (pi 0.73.1, `-p`): 5.5k characters of system prompt, 4 tools and input, against
+  // Claude Code's 48.0k for its ~23k tokens.
+  openingTokens: 2_700,
+  plan(setup, args) {
+    const output = setup.context ? outputTokens(setup.context) : undefined;
+    const models = {
+      providers: {
+        llamadock: {
+          baseUrl: `${setup.baseUrl}/v1`,
+          api: "openai-completions",
+          // The name of a variable: read from the environment, never in the file.
+          apiKey: KEY_VAR,
+          // Its session in headers (session_id, x-session-affinity): off for servers it does not know.
+          compat: { sendSessionAffinityHeaders: true },
+          models: [{ id: setup.model, name: setup.model, ...(setup.context ? { contextWindow: setup.context, maxTokens: output } : {}) }],
+        },
+      },
+    };
+    // It compacts when what is left of the window is under reserveTokens (16384 by default).
+    const settings = { defaultProvider: "llamadock", defaultModel: setup.model, ...(output ? { compaction: { reserveTokens: output } } : {}) };
+    const env = { PI_CODING_AGENT_DIR: setup.home, PI_OFFLINE: "1", [KEY_VAR]: keyOrPlaceholder(setup.apiKey) };
+    const files = [
+      { path: join(setup.home, "models.json"), content: `${JSON.stringify(models, null, 2)}\n` },
+      { path: join(setup.home, "settings.json"), content: `${JSON.stringify(settings, null, 2)}\n` },
+    ];
+    return { command: "pi", args, env, secrets: [KEY_VAR], files };
+  },
+};
+
+export const AGENTS: Record<AgentName, Agent> = { claude, codex, opencode, copilot, droid, qwen, pi };
 
 export const isAgentName = (name: string): name is AgentName => (AGENT_NAMES as readonly string[]).includes(name);
 
