@@ -54,7 +54,7 @@ export function createInference(
   const ledger = openLedger(config.usagePath, config.usageBounds);
   const limiter = createLimiter();
   const loads = createLoads();
-  const metrics = createMetrics(() => [...usageFamilies(ledger, limiter), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);
+  const metrics = createMetrics((shows) => [...usageFamilies(ledger, limiter, shows), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);
   const settings = createSettingsStore(config.settingsPath);
   const slotCache = createSlotCache({ ...config.slotCache, perKey: config.promptsPerKey });
   const serving = servingFiles(store, launcher.start);
@@ -107,6 +107,7 @@ export function createInference(
     ...usageRoutes(ledger, identify ?? (() => LOCAL_CALLER)),
     ...engineRoutes({
       store,
+      ...(identify ? { identify } : {}),
       scheduler,
       settings,
       metrics,
