@@ -59,7 +59,7 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
 
   async function list(): Promise<Response> {
     const defaultName = await engines.defaultName();
-    const chosen = defaultName === BUILTIN ? undefined : await engines.store.find(defaultName);
+    const chosen = defaultName === BUILTIN ? undefined : await engines.find(defaultName);
     const builtin = await engines.build(BUILTIN).then(
       (b) => ({ name: BUILTIN, version: b.version }),
       (error: Error) => ({ name: BUILTIN, error: error.message }),
@@ -135,11 +135,20 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
     { method: "GET", path: "/engines/builds", handle: list },
     { method: "POST", path: "/engines/builds", handle: adminOnly(pull) },
     { method: "POST", path: "/engines/builds/default", handle: adminOnly(use) },
-    { method: "DELETE", path: "/engines/builds/:name+", handle: adminOnly((request) => remove(String(request.params.name))) },
+    { method: "DELETE", path: "/engines/builds/:name+", handle: adminOnly((request) => remove(nameParam(String(request.params.name)))) },
     { method: "GET", path: "/engines/builds/events", handle: () => Response.json(engines.events.list()) },
     { method: "POST", path: "/engines/install-backend", handle: adminOnly(installBackend) },
     { method: "POST", path: "/engines/uninstall-backend", handle: adminOnly(uninstallBackend) },
   ];
+}
+
+/** A build's name in a path, as clients write it: percent-encoded (`llamadock engine rm` encodes a reference's `/` and `:`). */
+function nameParam(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw badRequest("invalid_engine", `the engine's name is not a valid URL path segment: ${raw.slice(0, 200)}`);
+  }
 }
 
 /** Docker Model Runner's other backends (vllm, diffusers...) are not here: 404, as DMR answers a backend it lacks. */

@@ -291,6 +291,41 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
       await small.close();
     }
   });
+
+  it("takes a build by the reference its pull took, the default registry written out: use, configure --engine, rm and ENGINE_DEFAULT", async () => {
+    const cli = (...args: string[]) => llamadock(["--host", stack.url, ...args], {});
+    // `<registry>/llamadock/llama-server:typed`, in the default registry: stored without it.
+    const typed = (await publishBuild(stack.registry, "as-built", "typed", (folder) => writeFile(join(folder, "NOTES"), "typed"))).reference;
+    expect(typed.startsWith(`${stack.registry.host}/`)).toBe(true);
+    const pulled = await cli("engine", "pull", typed);
+    expect(pulled.code, pulled.stderr).toBe(0);
+    const used = await cli("engine", "use", typed);
+    expect(used.code, used.stderr).toBe(0);
+    expect(used.stdout).toMatch(/^Default engine: typed /);
+    // Back to the setting's default (a choice kept in the store would win over ENGINE_DEFAULT below).
+    expect((await http.ask("POST", "/engines/builds/default", { name: null })).status).toBe(200);
+    const configured = await cli("configure", "ai/other", "--engine", typed);
+    expect(configured.code, configured.stderr).toBe(0);
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"))).status).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "typed" });
+    // Named by a model (as typed), it is not removed, even with no runner on it.
+    expect((await http.ask("POST", "/engines/unload", { models: ["ai/other"] })).status).toBe(200);
+    expect((await cli("engine", "rm", "typed")).stderr).toMatch(/engine typed is the default or a model's engine/);
+    expect((await cli("configure", "ai/other", "--engine", "default")).code).toBe(0);
+    await until(async () => (await http.ps()).every((r) => r.engine !== "typed"), "no runner on typed");
+    try {
+      await stack.restart({ ENGINE_DEFAULT: typed });
+      const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string; default: boolean }[] };
+      expect(builds.find((b) => b.default)?.name).toBe("typed");
+      expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"))).status).toBe(200);
+      expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "typed" });
+    } finally {
+      await stack.restart();
+    }
+    const removed = await cli("engine", "rm", typed);
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(removed.stdout).toMatch(/^Removed typed \(sha256:/);
+  });
 });
 
 describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
