@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { publishEngine } from "../../src/engines/publish.ts";
@@ -247,6 +247,9 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     const leftover = join(stack.dir, "models", "engines", ".incoming-left");
     await mkdir(leftover, { recursive: true });
     await writeFile(join(leftover, "layer-0"), new Uint8Array(100_000));
+    // Left by a process long gone: no owner file, untouched for longer than a pull's heartbeat allows.
+    const longAgo = new Date(Date.now() - 3_600_000);
+    await utimes(leftover, longAgo, longAgo);
     const purged = await http.ask("DELETE", "/models/purge?unused=true&older-than=0");
     expect(purged.status, purged.body).toBe(200);
     expect(purged.json()).toMatchObject({ engines_removed: [], removed_files: expect.any(Number) });
