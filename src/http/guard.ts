@@ -66,6 +66,9 @@ const forbidden = (code: string, message: string) => errorResponse(403, "permiss
 const trustedRequests = new WeakSet<Request>();
 export const cameTrusted = (request: Request) => trustedRequests.has(request);
 
+/** A request the process makes of its own routes (a pinned model's pull), trusted as the socket's peer is. */
+export const ownRequest = (request: Request): Request => (trustedRequests.add(request), request);
+
 /** Wraps `handler` with the checks its listener needs. */
 export function guard(handler: FetchHandler, target: ListenTarget, policy: GuardPolicy): FetchHandler {
   const refusal = refuser(target, policy);

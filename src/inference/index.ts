@@ -125,7 +125,7 @@ export function createInference(
       moveToEngine: (model) => moveRunners((id) => id === model.id),
       diskUsage: () => diskUsage(store, launcher.binary, engines.store),
     }),
-    ...engineBuildRoutes({ engines, scheduler, store, settings, identify: identify ?? (() => LOCAL_CALLER) }),
+    ...engineBuildRoutes({ engines, scheduler, store, settings }),
     ...fitRoutes({ store, scheduler }),
   ];
   const stop = async () => {

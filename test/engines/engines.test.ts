@@ -384,14 +384,38 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     expect((await http.events()).filter((e) => e.kind === "pulled")).toEqual([expect.objectContaining({ engine: "v3", message: expect.stringContaining(v3.digest) })]);
   });
 
-  it("lets only an admin key pull, choose or remove builds; any key lists them", async () => {
-    await stack.restart({ API_KEYS: "plain-key" });
-    const as = (method: string, path: string, body?: object) => ask({ url: stack.url }, method, path, body, { authorization: "Bearer plain-key" });
-    expect((await as("GET", "/engines/builds")).status).toBe(200);
-    for (const [method, path, body] of [["POST", "/engines/builds", { reference: "llamadock/llama-server:v1" }], ["POST", "/engines/builds/default", { name: "v1" }], ["DELETE", "/engines/builds/v1", undefined]] as const) {
-      const refused = await as(method, path, body);
+  it("lets only an admin key pull, choose, install, configure a model onto or remove builds; a plain key's call changes nothing; any key lists them", async () => {
+    await writeFile(join(stack.dir, "keys"), "plain-key name=plain\nadmin-key name=boss admin\n");
+    await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys") });
+    const as = (key: string) => (method: string, path: string, body?: object) => ask({ url: stack.url }, method, path, body, { authorization: `Bearer ${key}` });
+    const [plain, admin] = [as("plain-key"), as("admin-key")];
+    // What the builds and a model's settings are; the runners on each (they move on their own) left out.
+    const state = async () => {
+      const { default: chosen, builds } = (await admin("GET", "/engines/builds")).json() as { default: string; builds: { name: string; digest?: string; default: boolean }[] };
+      return { chosen, builds: builds.map((b) => `${b.name} ${b.default}`), settings: (await admin("GET", "/engines/_configure?model=ai/tiny")).json() };
+    };
+    expect((await plain("GET", "/engines/builds")).status).toBe(200);
+    const v4 = await publishBuild(stack.registry, "as-built", "v4", (folder) => writeFile(join(folder, "NOTES"), "v4"));
+    const calls: [string, string, object | undefined, number][] = [
+      ["POST", "/engines/builds", { reference: v4.reference }, 201],
+      ["POST", "/engines/builds/default", { name: "v4" }, 200],
+      ["POST", "/engines/_configure", { model: "ai/tiny", engine: "v1" }, 202],
+      ["POST", "/engines/uninstall-backend", { backend: "llama.cpp" }, 200],
+      ["POST", "/engines/install-backend", { backend: "llama.cpp", reference: v4.reference }, 200],
+      ["POST", "/engines/builds/default", { name: null }, 200],
+      ["DELETE", "/engines/builds/v4", undefined, 200],
+    ];
+    for (const [method, path, body, status] of calls) {
+      const before = await state();
+      const refused = await plain(method, path, body);
       expect(refused.status, path).toBe(403);
-      expect(refused.json().error).toMatchObject({ type: "permission_error", code: "admin_only" });
+      expect(refused.json().error).toMatchObject({ type: "permission_error", code: "admin_only", message: expect.stringMatching(/ takes an admin key: /) });
+      expect(await state(), `${method} ${path}`).toEqual(before);
+      // The runners the default's changes moved are off v4 before it goes.
+      if (method === "DELETE") await until(async () => ((await admin("GET", "/engines/ps")).json() as Ps).every((r) => r.engine !== "v4"), "no runner on v4");
+      const allowed = await admin(method, path, body);
+      expect(allowed.status, `${path}: ${allowed.body}`).toBe(status);
+      expect(await state(), `${method} ${path}`).not.toEqual(before);
     }
   });
 });
