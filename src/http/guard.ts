@@ -10,7 +10,8 @@ import { errorResponse } from "./errors.ts";
 //    content type (a "simple" text/plain POST needs no preflight); an allowed one gets its grant,
 //    preflights included.
 // 3. API keys, when configured: `Authorization: Bearer` or `x-api-key`, compared in constant time.
-// The Unix socket is owner-only and trusts its peer: no Host or key check there.
+// The Unix socket is owner-only and trusts its peer: no Host or key check there. Which routes a
+// key may call, once it is let in (an admin's or any key's): src/keys/access.ts.
 
 export type GuardPolicy = {
   /** Host names allowed besides loopback ones (`*.example.com` matches subdomains). */
