@@ -6,12 +6,13 @@ import { routeTable, type Route } from "./http/router.ts";
 import { requestErrorReporter } from "./http/request-errors.ts";
 import { callerScope, cameTrusted } from "./http/guard.ts";
 import { createKeyring } from "./keys/keyring.ts";
+import { withAccess } from "./keys/access.ts";
 import { openBatches } from "./batches/index.ts";
 import { anthropicRoutes } from "./dialects/anthropic/routes.ts";
 import { createResponseStore, responsesRoutes } from "./dialects/responses.ts";
 import { rerankRoutes } from "./dialects/rerank.ts";
 import { decisionRoutes } from "./decisions/routes.ts";
-import { ollamaRoutes } from "./dialects/ollama/routes.ts";
+import { ollamaRefusal, ollamaRoutes } from "./dialects/ollama/routes.ts";
 import { createInference } from "./inference/index.ts";
 import { createDrain } from "./pod/drain.ts";
 import { HEALTH_PATHS, healthRoutes } from "./pod/health.ts";
@@ -87,7 +88,8 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
     maxConcurrentPulls: config.models.pullMaxConcurrent,
     pullParts: config.models.pullParts,
   });
-  const routes: Route[] = [
+  // Who may call each route: one table (src/keys/access.ts), applied here to all of them.
+  const routes: Route[] = withAccess([
     ...models.routes,
     // Before the engine routes, whose catch-all for other engines would take /engines/llama.cpp/v1/messages.
     ...anthropicRoutes(inference.deps),
@@ -116,7 +118,7 @@ export function modelRunner(config: Config, runtime: Runtime): Service {
       storeProblem: () => store.list().then(() => undefined, (error: Error) => `the model store cannot be read (${error.message})`),
       pinnedProblem: pinned.problem,
     }),
-  ];
+  ], keyring.identify, ollamaRefusal);
   const targets: ListenTarget[] = [{ kind: "tcp", hostname: config.runner.host, port: config.runner.port }];
   if (config.runner.socketPath) targets.push({ kind: "unix", path: config.runner.socketPath });
   const routed = routeTable(routes, { prefixes: ["", UNIX_SOCKET_PREFIX], report });

@@ -37,12 +37,18 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
     if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
     const named = (name = model.tags[0] ?? model.id);
     if (!decisionMethod(model)) throw badRequest("model_cannot_decide", `model ${named} embeds or ranks and generates no text: decisions need a chat model`);
-    if (source.remote.length > 0) await fetchMedia(deps, source.remote, request.signal);
-    const ask = source.build();
-    if (hasMedia(ask) && !model.mmprojPath) {
+    // Images by URL are built into the questions once fetched; inline ones are there now. Either
+    // way the projector is checked and the key admitted first, as chat does: a request refused
+    // (no projector, the key past its limits) makes the server fetch nothing.
+    const remote = source.remote.length > 0;
+    const inline = remote ? undefined : source.build();
+    const images = inline === undefined || hasMedia(inline);
+    if (images && !model.mmprojPath) {
       throw badRequest("images_not_supported", `model ${named} has no projector for images: decisions about images need a model that reads them`);
     }
     ticket = deps.meter?.admit(caller, named);
+    if (remote) await fetchMedia(deps, source.remote, request.signal);
+    const ask = inline ?? source.build();
     const wish = { caller: caller.name, lane: "interactive" as const };
     const acquire = (signal: AbortSignal) => deps.scheduler.acquire(model, "completion", signal, wish);
     const first = await acquire(request.signal);

@@ -82,21 +82,31 @@ export function createEngines(deps: EnginesDeps) {
   }
 
   /**
+   * The pulled build a name names: as written (a tag, a digest, the reference stored), or as a pull
+   * of it would have stored it (a reference in the default registry is stored without it, with
+   * `:latest` when it has no tag). So whatever `pull` took, `use`, `rm`, a model's `engine` and
+   * ENGINE_DEFAULT take too.
+   */
+  async function find(name: string): Promise<EngineRecord | undefined> {
+    const found = await store.find(name);
+    if (found) return found;
+    const key = storedAs(name);
+    return key === undefined || key === name ? undefined : store.find(key);
+  }
+
+  /**
    * The build a name names. The configured default that is not in the store yet is pulled (DMR's
    * LLAMA_SERVER_VERSION: `b6100` names llama.cpp's image of that version); any other name must
-   * have been pulled. Once pulled, the default is found by the reference its pull stored (`b6100`
-   * and a name in the default registry are not stored as written): else each launch and status line
-   * asked the registry again, and failed where it could not be reached.
+   * have been pulled. Once pulled, the default is found by the reference its pull stored: else
+   * each launch and status line asked the registry again, and failed where it could not be reached.
    */
   async function build(name: string): Promise<EngineBuild> {
     if (name === BUILTIN) return builtin();
-    const record = await store.find(name);
+    const record = await find(name);
     if (record) return store.build(record);
     if (name !== deps.config.default) throw engineNotFound(name);
     const reference = /^b\d+$/.test(name) ? officialImage(name, await hasGpu()) : name;
-    const key = storedAs(reference);
-    const pulled = key === undefined ? undefined : await store.find(key);
-    return store.build(pulled ?? (await pull(reference)));
+    return store.build((await find(reference)) ?? (await pull(reference)));
   }
 
   const defaultName = async () => (await store.defaultName()) ?? deps.config.default ?? BUILTIN;
@@ -104,6 +114,7 @@ export function createEngines(deps: EnginesDeps) {
   return {
     store,
     events,
+    find,
     pull,
     pulling,
     build,
@@ -132,7 +143,7 @@ export function createEngines(deps: EnginesDeps) {
       const removed: string[] = [];
       let bytes = leftovers.bytes;
       if (all) {
-        const kept = new Set((await Promise.all(named.map((n) => store.find(n)))).flatMap((r) => (r ? [r.digest] : [])));
+        const kept = new Set((await Promise.all(named.map(find))).flatMap((r) => (r ? [r.digest] : [])));
         for (const record of await store.list()) {
           if (kept.has(record.digest) || running(record.digest)) continue;
           bytes += await store.remove(record);
@@ -144,12 +155,12 @@ export function createEngines(deps: EnginesDeps) {
     },
     /** Removes a pulled build no runner runs and nothing names. */
     async remove(name: string, inUse: (build: EngineBuild) => boolean, namedBy: string[]): Promise<EngineRecord> {
-      const record = await store.find(name);
+      const record = await find(name);
       if (!record) throw name === BUILTIN ? badRequest("invalid_engine", "the builtin llama-server is not in the engine store") : engineNotFound(name);
       const chosen = store.build(record);
       if (inUse(chosen)) throw conflict(`engine ${record.name} runs loaded models: unload them or move them to another engine first`);
       for (const named of namedBy) {
-        const other = named === BUILTIN ? undefined : await store.find(named);
+        const other = named === BUILTIN ? undefined : await find(named);
         if (other?.digest === record.digest) throw conflict(`engine ${record.name} is the default or a model's engine (${named}): choose another first`);
       }
       await store.remove(record);

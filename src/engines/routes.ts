@@ -1,9 +1,7 @@
 import * as z from "zod";
 import { readJson as readJsonUpTo } from "../http/body.ts";
 import { badRequest, HttpError } from "../http/errors.ts";
-import type { Caller } from "../keys/keyring.ts";
 import type { Route } from "../http/router.ts";
-import type { IRequest } from "itty-router";
 import type { ModelStore } from "../models/index.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { SettingsStore } from "../scheduler/settings.ts";
@@ -13,12 +11,11 @@ import { officialImage, hasGpu } from "./layout.ts";
 import { doneAnswer, pullAnswer } from "./pull-stream.ts";
 
 // The engine builds over HTTP: list, pull, remove, choose the default, and what happened to them;
-// with Docker Model Runner's install-backend / uninstall-backend shapes beside ours.
+// with Docker Model Runner's install-backend / uninstall-backend shapes beside ours. Who may pull,
+// choose and remove them (an admin): src/keys/access.ts.
 
 export type EngineRouteDeps = {
   engines: Engines;
-  /** Who asks: pulling, choosing and removing builds is an admin's (a pulled build is a program run here). */
-  identify: (request: Request) => Caller;
   scheduler: Scheduler;
   store: Pick<ModelStore, "resolve">;
   settings: SettingsStore;
@@ -59,7 +56,7 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
 
   async function list(): Promise<Response> {
     const defaultName = await engines.defaultName();
-    const chosen = defaultName === BUILTIN ? undefined : await engines.store.find(defaultName);
+    const chosen = defaultName === BUILTIN ? undefined : await engines.find(defaultName);
     const builtin = await engines.build(BUILTIN).then(
       (b) => ({ name: BUILTIN, version: b.version }),
       (error: Error) => ({ name: BUILTIN, error: error.message }),
@@ -123,23 +120,24 @@ export function engineBuildRoutes(deps: EngineRouteDeps): Route[] {
     return (id) => !own.has(id);
   }
 
-  /** Only an admin key (the Unix socket, and everyone where no keys are asked, are admins). */
-  const adminOnly =
-    (handle: (request: IRequest) => Promise<Response>) =>
-    (request: IRequest): Promise<Response> => {
-      if (!deps.identify(request).admin) throw new HttpError(403, "permission_error", "admin_only", "pulling, choosing and removing engine builds takes an admin key: a build is a program this host runs");
-      return handle(request);
-    };
-
   return [
     { method: "GET", path: "/engines/builds", handle: list },
-    { method: "POST", path: "/engines/builds", handle: adminOnly(pull) },
-    { method: "POST", path: "/engines/builds/default", handle: adminOnly(use) },
-    { method: "DELETE", path: "/engines/builds/:name+", handle: adminOnly((request) => remove(String(request.params.name))) },
+    { method: "POST", path: "/engines/builds", handle: pull },
+    { method: "POST", path: "/engines/builds/default", handle: use },
+    { method: "DELETE", path: "/engines/builds/:name+", handle: (request) => remove(nameParam(String(request.params.name))) },
     { method: "GET", path: "/engines/builds/events", handle: () => Response.json(engines.events.list()) },
-    { method: "POST", path: "/engines/install-backend", handle: adminOnly(installBackend) },
-    { method: "POST", path: "/engines/uninstall-backend", handle: adminOnly(uninstallBackend) },
+    { method: "POST", path: "/engines/install-backend", handle: installBackend },
+    { method: "POST", path: "/engines/uninstall-backend", handle: uninstallBackend },
   ];
+}
+
+/** A build's name in a path, as clients write it: percent-encoded (`llamadock engine rm` encodes a reference's `/` and `:`). */
+function nameParam(raw: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw badRequest("invalid_engine", `the engine's name is not a valid URL path segment: ${raw.slice(0, 200)}`);
+  }
 }
 
 /** Docker Model Runner's other backends (vllm, diffusers...) are not here: 404, as DMR answers a backend it lacks. */

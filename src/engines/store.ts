@@ -1,15 +1,20 @@
-import { mkdir, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import * as z from "zod";
 import type { EngineBuild } from "../../sidecar/index.ts";
 import { folderBytes, freeSpace, writeFileAtomic } from "../models/store/files.ts";
+import { LEASE_HEARTBEAT } from "../models/store/leases.ts";
+import { sight } from "../models/store/lock-file.ts";
+import { newOwner, pidAlive, staleReason, thisProcess, type Heartbeat } from "../models/store/owner.ts";
 import { badRequest, HttpError } from "../http/errors.ts";
 
 // The engine store: llama.cpp builds side by side, each in a folder named by its manifest's digest
 //   <root>/<hex>/engine.json    what the build is (written last: a folder without it is a leftover)
 //   <root>/<hex>/image/...      the unpacked image
 //   <root>/default.json         the build `engine use` chose as the default
-//   <root>/.incoming-<uuid>/    a pull in progress
+//   <root>/.incoming-<uuid>/    a pull in progress; its `owner.json` names the process pulling,
+//                               which touches it while the pull runs (several processes may share
+//                               the store): a purge removes only a folder whose puller is gone
 // Builds are named by the tag they were pulled under, their reference, or their digest (a
 // 12-hex prefix will do); `builtin` is the llama-server found as before (LLAMA_SERVER_PATH, PATH,
 // the setup's build).
@@ -41,9 +46,24 @@ const hexOf = (digest: string) => digest.slice("sha256:".length);
 
 export type EngineStore = ReturnType<typeof openEngineStore>;
 
-export function openEngineStore(root: string) {
+/** The file in a pull's folder that names its process, touched as a lease is (see models/store/leases.ts). */
+const OWNER_FILE = "owner.json";
+
+export function openEngineStore(root: string, heartbeat: Heartbeat = LEASE_HEARTBEAT) {
   const folder = (digest: string) => join(root, hexOf(digest));
   const recordFile = (digest: string) => join(folder(digest), "engine.json");
+  /** This process's pulls in progress, by folder: never a leftover. */
+  const pulling = new Set<string>();
+
+  /** Whether a pull's folder was left by a process that is gone (undefined: its puller may still run). */
+  async function abandoned(dir: string): Promise<boolean> {
+    if (pulling.has(dir)) return false;
+    const judge = { self: thisProcess(), now: Date.now(), heartbeat, alive: pidAlive };
+    // Without its owner file (written just after the folder, removed just before it becomes a
+    // build) the folder's own age judges it.
+    const seen = (await sight(join(dir, OWNER_FILE)).catch(() => undefined)) ?? { owner: undefined, mtimeMs: (await stat(dir).catch(() => undefined))?.mtimeMs ?? 0 };
+    return staleReason(seen, judge) !== undefined;
+  }
 
   async function list(): Promise<EngineRecord[]> {
     const names = await readdir(root).catch(() => [] as string[]);
@@ -79,22 +99,44 @@ export function openEngineStore(root: string) {
     /** A folder for a pull to unpack into; `commit` moves it in place, under its record (false: the build was there already). */
     async incoming(): Promise<{ dir: string; commit(record: EngineRecord): Promise<boolean>; discard(): Promise<void> }> {
       const dir = join(root, `.incoming-${crypto.randomUUID()}`);
-      await mkdir(dir, { recursive: true });
+      const owner = join(dir, OWNER_FILE);
+      pulling.add(dir);
+      const beat = setInterval(() => {
+        const now = new Date();
+        utimes(owner, now, now).catch(() => {});
+      }, heartbeat.everyMs);
+      beat.unref?.();
+      const done = () => {
+        clearInterval(beat);
+        pulling.delete(dir);
+      };
+      try {
+        await mkdir(dir, { recursive: true });
+        await writeFile(owner, JSON.stringify(newOwner()));
+      } catch (error) {
+        done();
+        throw error;
+      }
       return {
         dir,
         async commit(record) {
-          // Another process sharing the store may have put the same build there meanwhile, and run
-          // it since: its folder stays; only a leftover without a record is replaced.
-          if (await readRecord(recordFile(record.digest))) {
-            await rm(dir, { recursive: true, force: true });
-            return false;
+          try {
+            // Another process sharing the store may have put the same build there meanwhile, and run
+            // it since: its folder stays; only a leftover without a record is replaced.
+            if (await readRecord(recordFile(record.digest))) {
+              await rm(dir, { recursive: true, force: true });
+              return false;
+            }
+            await rm(folder(record.digest), { recursive: true, force: true });
+            await writeFile(join(dir, "engine.json"), `${JSON.stringify(record, null, 2)}\n`);
+            await rm(owner, { force: true });
+            await rename(dir, folder(record.digest));
+            return true;
+          } finally {
+            done();
           }
-          await rm(folder(record.digest), { recursive: true, force: true });
-          await writeFile(join(dir, "engine.json"), `${JSON.stringify(record, null, 2)}\n`);
-          await rename(dir, folder(record.digest));
-          return true;
         },
-        discard: () => rm(dir, { recursive: true, force: true }),
+        discard: () => rm(dir, { recursive: true, force: true }).finally(done),
       };
     },
     async remove(record: EngineRecord): Promise<number> {
@@ -104,13 +146,16 @@ export function openEngineStore(root: string) {
       await rm(folder(record.digest), { recursive: true, force: true });
       return bytes;
     },
-    /** Folders left by pulls that never finished, and builds' folders without a record. */
+    /**
+     * Folders left by pulls that never finished (their process is gone: a pull in progress, here or
+     * in another process on the store, keeps its folder), and builds' folders without a record.
+     */
     async removeLeftovers(): Promise<{ files: number; bytes: number }> {
       const names = await readdir(root).catch(() => [] as string[]);
       let bytes = 0;
       let files = 0;
       for (const name of names) {
-        const leftover = name.startsWith(".incoming-") || (/^[0-9a-f]{64}$/.test(name) && !(await readRecord(join(root, name, "engine.json"))));
+        const leftover = name.startsWith(".incoming-") ? await abandoned(join(root, name)) : /^[0-9a-f]{64}$/.test(name) && !(await readRecord(join(root, name, "engine.json")));
         if (!leftover) continue;
         bytes += await folderBytes(join(root, name));
         files++;

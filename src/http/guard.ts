@@ -10,7 +10,8 @@ import { errorResponse } from "./errors.ts";
 //    content type (a "simple" text/plain POST needs no preflight); an allowed one gets its grant,
 //    preflights included.
 // 3. API keys, when configured: `Authorization: Bearer` or `x-api-key`, compared in constant time.
-// The Unix socket is owner-only and trusts its peer: no Host or key check there.
+// The Unix socket is owner-only and trusts its peer: no Host or key check there. Which routes a
+// key may call, once it is let in (an admin's or any key's): src/keys/access.ts.
 
 export type GuardPolicy = {
   /** Host names allowed besides loopback ones (`*.example.com` matches subdomains). */
@@ -65,6 +66,9 @@ const forbidden = (code: string, message: string) => errorResponse(403, "permiss
 /** Requests that came on a trusted listener (the Unix socket): their peer may do anything. */
 const trustedRequests = new WeakSet<Request>();
 export const cameTrusted = (request: Request) => trustedRequests.has(request);
+
+/** A request the process makes of its own routes (a pinned model's pull), trusted as the socket's peer is. */
+export const ownRequest = (request: Request): Request => (trustedRequests.add(request), request);
 
 /** Wraps `handler` with the checks its listener needs. */
 export function guard(handler: FetchHandler, target: ListenTarget, policy: GuardPolicy): FetchHandler {

@@ -10,6 +10,7 @@ import { ModelSettings, type SettingsStore } from "../scheduler/settings.ts";
 import { KEEP_ALIVE_PATTERN } from "../scheduler/policy.ts";
 import { BYTES_PATTERN, parseBytes } from "../scheduler/memory/budget.ts";
 import { readJson as readJsonUpTo } from "../http/body.ts";
+import type { Caller } from "../keys/keyring.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENGINE } from "./routes.ts";
 import type { DiskUsage } from "./disk.ts";
@@ -33,6 +34,8 @@ export type EngineDeps = {
   checkSettings?: (settings: ModelSettings) => Promise<void>;
   /** Moves a model's loaded runners to the build its settings now name, no request dropped. */
   moveToEngine?: (model: ModelRef) => void;
+  /** Who asks: /metrics shows an admin every key's series, a key its own (none given: all). */
+  identify?: (request: Request) => Caller;
 };
 
 const UnloadBody = z.strictObject({
@@ -237,9 +240,11 @@ export function engineRoutes(deps: EngineDeps): Route[] {
   // /slots gives each slot's context and the tokens it holds: the KV-cache gauge is made of them.
   const runnerFigures = sharedFor(deps.runnerFiguresMs ?? RUNNER_FIGURES_MS, () => Promise.all([scheduler.scrape("/metrics"), scheduler.scrape("/slots")]));
 
-  async function metrics(): Promise<Response> {
+  async function metrics(request: Request): Promise<Response> {
+    const caller = deps.identify?.(request);
+    const shows = caller && !caller.admin ? (key: string) => key === caller.name : undefined;
     const [scraped, slots] = await runnerFigures();
-    const text = deps.metrics.render(scheduler.runners(), scraped, slots);
+    const text = deps.metrics.render(scheduler.runners(), scraped, slots, shows);
     return new Response(text, { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
   }
 

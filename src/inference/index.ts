@@ -54,7 +54,7 @@ export function createInference(
   const ledger = openLedger(config.usagePath, config.usageBounds);
   const limiter = createLimiter();
   const loads = createLoads();
-  const metrics = createMetrics(() => [...usageFamilies(ledger, limiter), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);
+  const metrics = createMetrics((shows) => [...usageFamilies(ledger, limiter, shows), { name: LOAD_HISTOGRAM, type: "histogram", help: LOAD_HISTOGRAM_HELP, lines: loads.histogramLines() }]);
   const settings = createSettingsStore(config.settingsPath);
   const slotCache = createSlotCache({ ...config.slotCache, perKey: config.promptsPerKey });
   const serving = servingFiles(store, launcher.start);
@@ -108,6 +108,7 @@ export function createInference(
     ...usageRoutes(ledger, identify ?? (() => LOCAL_CALLER)),
     ...engineRoutes({
       store,
+      ...(identify ? { identify } : {}),
       scheduler,
       settings,
       metrics,
@@ -125,7 +126,7 @@ export function createInference(
       moveToEngine: (model) => moveRunners((id) => id === model.id),
       diskUsage: () => diskUsage(store, launcher.binary, engines.store),
     }),
-    ...engineBuildRoutes({ engines, scheduler, store, settings, identify: identify ?? (() => LOCAL_CALLER) }),
+    ...engineBuildRoutes({ engines, scheduler, store, settings }),
     ...fitRoutes({ store, scheduler }),
   ];
   const stop = async () => {

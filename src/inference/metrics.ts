@@ -31,9 +31,14 @@ export interface InferenceMetrics {
   countRequestError(): void;
   /** Times one request for `model`, which arrived at `arrivedMs` (performance.now()). */
   timer(model: string, arrivedMs: number): RequestTimer;
-  /** `scraped`: each runner's /metrics; `slots`: each runner's /slots. */
-  render(runners: RunnerInfo[], scraped: Scraped[], slots?: Scraped[]): string;
+  /** `scraped`: each runner's /metrics; `slots`: each runner's /slots; `shows`: whose per-key series (all by default). */
+  render(runners: RunnerInfo[], scraped: Scraped[], slots?: Scraped[], shows?: ShowsKey): string;
 }
+
+/** Whether a scrape shows a key's own series (usage per key): an admin's shows every key's, a key's its own. */
+export type ShowsKey = (key: string) => boolean;
+
+const EVERY_KEY: ShowsKey = () => true;
 
 /** The model-server protocol's prefixes: ours, and vLLM's. */
 const PREFIXES = ["llamadock:", "vllm:"];
@@ -47,8 +52,8 @@ const GAUGES: Record<string, [string, keyof ModelGauges]> = {
 /** A family of samples rendered as it is (`lines` are whole sample lines). */
 export type ExtraFamily = { name: string; type: string; help: string; lines: string[] };
 
-/** `extra`: further families read on each render (usage per key). */
-export function createMetrics(extra: () => ExtraFamily[] = () => []): InferenceMetrics {
+/** `extra`: further families read on each render (usage per key, of the keys the scrape shows). */
+export function createMetrics(extra: (shows: ShowsKey) => ExtraFamily[] = () => []): InferenceMetrics {
   const counters = new Map<string, Sample>();
   const latency = createLatency();
   const add = (family: Family, labels: Labels, by = 1, suffix = "") => {
@@ -80,7 +85,7 @@ export function createMetrics(extra: () => ExtraFamily[] = () => []): InferenceM
     },
     countRequestError: () => void requestErrors.value++,
     timer: (model, arrivedMs) => latency.timer(model, arrivedMs),
-    render(runners, scraped, slots = []) {
+    render(runners, scraped, slots = [], shows = EVERY_KEY) {
       const samples: Sample[] = [...counters.values()];
       const states = new Map<string, number>();
       for (const r of runners) {
@@ -93,7 +98,7 @@ export function createMetrics(extra: () => ExtraFamily[] = () => []): InferenceM
       for (const [name, [type, help]] of Object.entries(FAMILIES)) families.set(name, { help, type, lines: [] });
       for (const s of samples) families.get(s.family)!.lines.push(`${s.family}${s.suffix}${formatLabels(s.labels)} ${s.value}`);
       addModelFamilies(families, modelGauges(runners, scraped, slots), latency);
-      for (const { name, type, help, lines } of extra()) families.set(name, { help, type, lines });
+      for (const { name, type, help, lines } of extra(shows)) families.set(name, { help, type, lines });
       for (const { model, mode, text } of scraped) mergeRunnerMetrics(families, text, { backend: "llama.cpp", model, mode });
       return renderFamilies(families);
     },

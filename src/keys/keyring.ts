@@ -104,10 +104,17 @@ export const LOCAL_CALLER: Caller = { name: LOCAL, admin: true, limits: { inFlig
 /**
  * `trusted`: whether a request came on the trusted Unix socket (its peer may do anything). Without
  * keys configured every caller is `local` and may see all; with keys, a keyless request that the
- * guard let through (an open path) is `anonymous` and sees only its own.
+ * guard let through (an open path) is `anonymous` and sees only its own. A key sent on the socket
+ * names whose usage the request is, but takes nothing from the socket's rights: its peer could as
+ * well have sent none, so it is an admin there.
  */
 export function createKeyring(entries: KeyEntry[], defaults: KeyLimits, trusted: (request: Request) => boolean): Keyring {
-  const byDigest = new Map(entries.map((e) => [digest(e.key), { name: e.name, admin: e.admin, limits: { ...defaults, ...e.limits } }]));
+  const byDigest = new Map(
+    entries.map((e) => {
+      const caller: Caller = { name: e.name, admin: e.admin, limits: { ...defaults, ...e.limits } };
+      return [digest(e.key), { caller, onSocket: { ...caller, admin: true } }];
+    }),
+  );
   const local: Caller = { name: LOCAL, admin: true, limits: defaults };
   const anonymous: Caller = { name: ANONYMOUS, admin: false, limits: defaults };
   return {
@@ -115,7 +122,7 @@ export function createKeyring(entries: KeyEntry[], defaults: KeyLimits, trusted:
       if (byDigest.size === 0) return local;
       const given = givenKey(request);
       const known = given === undefined ? undefined : byDigest.get(digest(given));
-      if (known) return known;
+      if (known) return trusted(request) ? known.onSocket : known.caller;
       return trusted(request) ? local : anonymous;
     },
     names: () => entries.map((e) => e.name),

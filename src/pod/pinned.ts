@@ -1,3 +1,4 @@
+import { ownRequest } from "../http/guard.ts";
 import type { FetchHandler } from "../runtime/types.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { ModelRef } from "../scheduler/types.ts";
@@ -79,15 +80,17 @@ export function createPinned(deps: PinnedDeps): Pinned {
   };
 }
 
-/** A pull through the model runner's own `POST /models/create` route, in process. */
+/** A pull through the model runner's own `POST /models/create` route, in process (an admin's: the process's own). */
 export function pullThrough(handler: FetchHandler): (reference: string) => Promise<void> {
   return async (reference) => {
     const response = await handler(
-      new Request("http://localhost/models/create", {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ from: reference }),
-      }),
+      ownRequest(
+        new Request("http://localhost/models/create", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ from: reference }),
+        }),
+      ),
     );
     const text = await response.text();
     if (!response.ok) throw new Error((JSON.parse(text) as { error: { message: string } }).error.message);

@@ -74,14 +74,17 @@ describe("decisions about an image, with a projector", () => {
 
   it("takes an image in a question's instructions, and reads 30 choices a token at a time with one", async () => {
     const choices = Array.from({ length: 30 }, (_, i) => ({ value: `shade-${i}` }));
-    const decision = await client().decisions.create({
-      model: MODEL,
-      input: "Sort the shop's pictures.",
-      questions: [
-        { type: "predicate", name: "red", instructions: [{ type: "input_text", text: "This picture is red:" }, image(RED)] },
-        { type: "choice", name: "shade", instructions: [image(BLUE), { type: "input_text", text: "Which shade?" }], choices },
-      ],
-    });
+    /** The two questions, each with its own image (or none). */
+    const sorted = (red?: Rgb, shade?: Rgb) =>
+      client().decisions.create({
+        model: MODEL,
+        input: "Sort the shop's pictures.",
+        questions: [
+          { type: "predicate", name: "red", instructions: [{ type: "input_text", text: "This picture is red:" }, ...(red ? [image(red)] : [])] },
+          { type: "choice", name: "shade", instructions: [...(shade ? [image(shade)] : []), { type: "input_text", text: "Which shade?" }], choices },
+        ],
+      });
+    const decision = await sorted(RED, BLUE);
     const [red, shade] = decision.answers as [OpenAI.Decision.AnswerResourcePredicate, OpenAI.Decision.AnswerResourceChoice];
     expect(red.probability).toBeGreaterThanOrEqual(0);
     expect(red.probability).toBeLessThanOrEqual(1);
@@ -90,7 +93,16 @@ describe("decisions about an image, with a projector", () => {
     expect(Math.abs(sum(ps) - 1)).toBeLessThan(1e-6);
     expect(shade.choice).toBe(choices[argmax(ps)]!.value);
     expect(decision.usage.output_tokens).toBeGreaterThan(2);
-    expect(decision.usage.input_tokens).toBeGreaterThan(2 * IMAGE_TOKENS);
+    // Each question's image is in its prompt: the same questions without them take each image's
+    // tokens fewer (at least), and another image in the first question moves its answer, the
+    // same one does not.
+    const without = await sorted();
+    expect(decision.usage.input_tokens - without.usage.input_tokens).toBeGreaterThanOrEqual(2 * IMAGE_TOKENS);
+    const redOf = async (rgb: Rgb) => ((await sorted(rgb, BLUE)).answers[0] as OpenAI.Decision.AnswerResourcePredicate).probability;
+    const [again, blue] = [await redOf(RED), await redOf(BLUE)];
+    expect(Math.abs(red.probability - again)).toBeLessThan(1e-3);
+    expect(Math.abs(red.probability - blue)).toBeGreaterThan(Math.abs(red.probability - again));
+    expect(Math.abs(red.probability - blue)).toBeGreaterThan(1e-3);
   });
 });
 

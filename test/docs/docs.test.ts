@@ -2,9 +2,11 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { settingNames } from "../../src/config.ts";
+import { ACCESS } from "../../src/keys/access.ts";
 
 // The docs against the code: every setting the configuration accepts has a row in the reference,
-// and every relative link between README.md and docs/*.md (and each #anchor) leads somewhere.
+// security.md's table of who may do what is the one the server applies, and every relative link
+// between README.md and docs/*.md (and each #anchor) leads somewhere.
 
 const root = resolve(import.meta.dirname, "../..");
 const docsDir = join(root, "docs");
@@ -87,6 +89,32 @@ describe("the configuration reference", () => {
     const withoutRow = reference.split("\n").filter((line) => !line.startsWith(`| \`${name}\``)).join("\n");
     expect(documentedNames(reference).has(name)).toBe(true);
     expect(documentedNames(withoutRow).has(name)).toBe(false);
+  });
+});
+
+/** The table under `heading`: each route its first cell names, as `METHOD path`, with its second and third cells. */
+function accessTable(markdown: string, heading: string): Map<string, string> {
+  const section = markdown.split(heading)[1]?.split(/^## /m)[0] ?? "";
+  const rows = new Map<string, string>();
+  for (const line of section.split("\n").filter((l) => l.startsWith("| `"))) {
+    const [routes, who, text] = line.split(" | ") as [string, string, string];
+    for (const match of routes.matchAll(/`([A-Z]+ [^`]+)`/g)) rows.set(match[1]!, `${who} | ${text.replace(/ \|$/, "")}`);
+  }
+  return rows;
+}
+
+describe("security.md's table of who may do what", () => {
+  const HEADING = "## Who may do what";
+  const documented = accessTable(readFileSync(join(docsDir, "security.md"), "utf8"), HEADING);
+
+  it("is the access table the server applies (src/keys/access.ts), route for route, word for word", () => {
+    expect(documented.size).toBeGreaterThan(30);
+    expect(Object.fromEntries(documented)).toEqual(Object.fromEntries(ACCESS.map((r) => [`${r.method} ${r.path}`, `${r.access} | ${r.what}: ${r.why}`])));
+  });
+
+  it("misses a route once its row says another thing", () => {
+    const changed = readFileSync(join(docsDir, "security.md"), "utf8").replace("| `POST /engines/unload` | admin |", "| `POST /engines/unload` | any key |");
+    expect(accessTable(changed, HEADING).get("POST /engines/unload")).toMatch(/^any key/);
   });
 });
 

@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { publishEngine } from "../../src/engines/publish.ts";
@@ -247,6 +247,9 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
     const leftover = join(stack.dir, "models", "engines", ".incoming-left");
     await mkdir(leftover, { recursive: true });
     await writeFile(join(leftover, "layer-0"), new Uint8Array(100_000));
+    // Left by a process long gone: no owner file, untouched for longer than a pull's heartbeat allows.
+    const longAgo = new Date(Date.now() - 3_600_000);
+    await utimes(leftover, longAgo, longAgo);
     const purged = await http.ask("DELETE", "/models/purge?unused=true&older-than=0");
     expect(purged.status, purged.body).toBe(200);
     expect(purged.json()).toMatchObject({ engines_removed: [], removed_files: expect.any(Number) });
@@ -290,6 +293,41 @@ describe("engines on Bun: pull, choose, upgrade, refuse", () => {
       await stack.restart();
       await small.close();
     }
+  });
+
+  it("takes a build by the reference its pull took, the default registry written out: use, configure --engine, rm and ENGINE_DEFAULT", async () => {
+    const cli = (...args: string[]) => llamadock(["--host", stack.url, ...args], {});
+    // `<registry>/llamadock/llama-server:typed`, in the default registry: stored without it.
+    const typed = (await publishBuild(stack.registry, "as-built", "typed", (folder) => writeFile(join(folder, "NOTES"), "typed"))).reference;
+    expect(typed.startsWith(`${stack.registry.host}/`)).toBe(true);
+    const pulled = await cli("engine", "pull", typed);
+    expect(pulled.code, pulled.stderr).toBe(0);
+    const used = await cli("engine", "use", typed);
+    expect(used.code, used.stderr).toBe(0);
+    expect(used.stdout).toMatch(/^Default engine: typed /);
+    // Back to the setting's default (a choice kept in the store would win over ENGINE_DEFAULT below).
+    expect((await http.ask("POST", "/engines/builds/default", { name: null })).status).toBe(200);
+    const configured = await cli("configure", "ai/other", "--engine", typed);
+    expect(configured.code, configured.stderr).toBe(0);
+    expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"))).status).toBe(200);
+    expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "typed" });
+    // Named by a model (as typed), it is not removed, even with no runner on it.
+    expect((await http.ask("POST", "/engines/unload", { models: ["ai/other"] })).status).toBe(200);
+    expect((await cli("engine", "rm", "typed")).stderr).toMatch(/engine typed is the default or a model's engine/);
+    expect((await cli("configure", "ai/other", "--engine", "default")).code).toBe(0);
+    await until(async () => (await http.ps()).every((r) => r.engine !== "typed"), "no runner on typed");
+    try {
+      await stack.restart({ ENGINE_DEFAULT: typed });
+      const { builds } = (await http.ask("GET", "/engines/builds")).json() as { builds: { name: string; default: boolean }[] };
+      expect(builds.find((b) => b.default)?.name).toBe("typed");
+      expect((await http.ask("POST", "/engines/v1/chat/completions", chat("ai/other"))).status).toBe(200);
+      expect((await http.ps()).find((r) => r.model_name === "ai/other:latest")).toMatchObject({ engine: "typed" });
+    } finally {
+      await stack.restart();
+    }
+    const removed = await cli("engine", "rm", typed);
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(removed.stdout).toMatch(/^Removed typed \(sha256:/);
   });
 });
 
@@ -346,14 +384,38 @@ describe.each(["node", "deno"] as const)("engines under %s", (runtime) => {
     expect((await http.events()).filter((e) => e.kind === "pulled")).toEqual([expect.objectContaining({ engine: "v3", message: expect.stringContaining(v3.digest) })]);
   });
 
-  it("lets only an admin key pull, choose or remove builds; any key lists them", async () => {
-    await stack.restart({ API_KEYS: "plain-key" });
-    const as = (method: string, path: string, body?: object) => ask({ url: stack.url }, method, path, body, { authorization: "Bearer plain-key" });
-    expect((await as("GET", "/engines/builds")).status).toBe(200);
-    for (const [method, path, body] of [["POST", "/engines/builds", { reference: "llamadock/llama-server:v1" }], ["POST", "/engines/builds/default", { name: "v1" }], ["DELETE", "/engines/builds/v1", undefined]] as const) {
-      const refused = await as(method, path, body);
+  it("lets only an admin key pull, choose, install, configure a model onto or remove builds; a plain key's call changes nothing; any key lists them", async () => {
+    await writeFile(join(stack.dir, "keys"), "plain-key name=plain\nadmin-key name=boss admin\n");
+    await stack.restart({ API_KEYS_FILE: join(stack.dir, "keys") });
+    const as = (key: string) => (method: string, path: string, body?: object) => ask({ url: stack.url }, method, path, body, { authorization: `Bearer ${key}` });
+    const [plain, admin] = [as("plain-key"), as("admin-key")];
+    // What the builds and a model's settings are; the runners on each (they move on their own) left out.
+    const state = async () => {
+      const { default: chosen, builds } = (await admin("GET", "/engines/builds")).json() as { default: string; builds: { name: string; digest?: string; default: boolean }[] };
+      return { chosen, builds: builds.map((b) => `${b.name} ${b.default}`), settings: (await admin("GET", "/engines/_configure?model=ai/tiny")).json() };
+    };
+    expect((await plain("GET", "/engines/builds")).status).toBe(200);
+    const v4 = await publishBuild(stack.registry, "as-built", "v4", (folder) => writeFile(join(folder, "NOTES"), "v4"));
+    const calls: [string, string, object | undefined, number][] = [
+      ["POST", "/engines/builds", { reference: v4.reference }, 201],
+      ["POST", "/engines/builds/default", { name: "v4" }, 200],
+      ["POST", "/engines/_configure", { model: "ai/tiny", engine: "v1" }, 202],
+      ["POST", "/engines/uninstall-backend", { backend: "llama.cpp" }, 200],
+      ["POST", "/engines/install-backend", { backend: "llama.cpp", reference: v4.reference }, 200],
+      ["POST", "/engines/builds/default", { name: null }, 200],
+      ["DELETE", "/engines/builds/v4", undefined, 200],
+    ];
+    for (const [method, path, body, status] of calls) {
+      const before = await state();
+      const refused = await plain(method, path, body);
       expect(refused.status, path).toBe(403);
-      expect(refused.json().error).toMatchObject({ type: "permission_error", code: "admin_only" });
+      expect(refused.json().error).toMatchObject({ type: "permission_error", code: "admin_only", message: expect.stringMatching(/ takes an admin key: /) });
+      expect(await state(), `${method} ${path}`).toEqual(before);
+      // The runners the default's changes moved are off v4 before it goes.
+      if (method === "DELETE") await until(async () => ((await admin("GET", "/engines/ps")).json() as Ps).every((r) => r.engine !== "v4"), "no runner on v4");
+      const allowed = await admin(method, path, body);
+      expect(allowed.status, `${path}: ${allowed.body}`).toBe(status);
+      expect(await state(), `${method} ${path}`).not.toEqual(before);
     }
   });
 });

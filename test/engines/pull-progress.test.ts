@@ -1,15 +1,20 @@
-import { writeFile } from "node:fs/promises";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { mkdir, readdir, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { thisProcess } from "../../src/models/store/owner.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startStack, type Stack } from "../inference/harness.ts";
 import { inTerminal, llamadock } from "../cli/command.ts";
 import { publishBuild } from "../support/engine-builds.ts";
 import { startRegistryFront, type Front } from "../support/registry-front.ts";
+import { startReplica, type Replica } from "../support/replica.ts";
 
 // An engine pull's progress: NDJSON lines in the models' shape for a client that asks, from a real
 // registry behind a front that slows each connection (a layer of several MB then takes more than
 // one progress line, and a second caller has time to join) or cuts it in the middle of the layer;
-// and `llamadock engine pull` drawing them, in a pipe and on a terminal.
+// and `llamadock engine pull` drawing them, in a pipe and on a terminal. A purge meanwhile leaves the
+// pulls in progress alone, this server's and a replica's on the same store.
 
 type Line = { type: string; message: string; total?: number; layer?: { id: string; size: number; current: number }; [field: string]: unknown };
 
@@ -98,6 +103,54 @@ describe("engine pulls with progress", () => {
     expect(onTerminal.stdout.split(/\r|\n/).some((l) => new RegExp(`${termed.layer.digest.slice(7, 19)} \\[█{12}\\] 100% `).test(l))).toBe(true);
     expect(onTerminal.stdout).toContain("\x1b[?25l");
     expect(onTerminal.stdout).toMatch(/Pulled termed: llama-server 0\.5\.0-dev/);
+  });
+});
+
+describe("engine pulls in progress and a purge", () => {
+  let stack: Stack;
+  let front: Front;
+  let replica: Replica | undefined;
+  beforeAll(async () => {
+    stack = await startStack({ models: [] });
+    front = await startRegistryFront(stack.registry.url, { bytesPerSecond: 2_000_000 });
+  }, 120_000);
+  afterAll(async () => {
+    await replica?.server.stop(10_000);
+    await front?.stop();
+    await stack?.stop();
+  });
+
+  const engines = () => join(stack.dir, "models", "engines");
+  const pull = (url: string, reference: string) =>
+    fetch(`${url}/engines/builds?stream=true`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ reference: reference.replace(stack.registry.host, front.host) }) });
+  const lastLine = async (response: Response) => JSON.parse((await response.text()).trim().split("\n").at(-1)!) as Line;
+  const purge = async () => {
+    const purged = await fetch(`${stack.url}/models/purge?unused=true&older-than=0`, { method: "DELETE" });
+    expect(purged.status).toBe(200);
+  };
+
+  it("leaves this process's pull and a replica's on the same store to finish, and takes what a process that is gone left", async () => {
+    replica = await startReplica(stack.dir, "replica", "bun", stack.registry.host);
+    const [here, there] = [await publishFresh(stack, "here"), await publishFresh(stack, "there")];
+    // Each answer begins once its layer starts downloading: about 3 s at this pace.
+    const [pullingHere, pullingThere] = await Promise.all([pull(stack.url, here.reference), pull(replica.url, there.reference)]);
+    expect([pullingHere.status, pullingThere.status]).toEqual([201, 201]);
+    expect((await readdir(engines())).filter((f) => f.startsWith(".incoming-"))).toHaveLength(2);
+    // Left by pulls whose process is gone: one that named its process (an exited pid), one older than any heartbeat.
+    const exited = spawn("true");
+    await once(exited, "exit");
+    await mkdir(join(engines(), ".incoming-exited"));
+    await writeFile(join(engines(), ".incoming-exited", "owner.json"), JSON.stringify({ ...thisProcess(), pid: exited.pid, token: "gone" }));
+    await mkdir(join(engines(), ".incoming-old"));
+    const longAgo = new Date(Date.now() - 3_600_000);
+    await utimes(join(engines(), ".incoming-old"), longAgo, longAgo);
+    await purge();
+    expect((await readdir(engines())).filter((f) => f.startsWith(".incoming-"))).toHaveLength(2);
+    expect(await lastLine(pullingHere)).toMatchObject({ type: "success", name: "here", digest: here.digest });
+    expect(await lastLine(pullingThere)).toMatchObject({ type: "success", name: "there", digest: there.digest });
+    const { builds } = (await (await fetch(`${stack.url}/engines/builds`)).json()) as { builds: { name: string }[] };
+    expect(builds.map((b) => b.name).sort()).toEqual(["builtin", "here", "there"]);
+    expect((await readdir(engines())).filter((f) => f.startsWith(".incoming-"))).toEqual([]);
   });
 });
 

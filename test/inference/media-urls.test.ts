@@ -1,5 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ask } from "../support/http.ts";
 import { tinyProjectorGguf } from "../support/tiny-projector.ts";
@@ -24,7 +26,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => host.listen(0, "127.0.0.1", resolve));
   port = (host.address() as AddressInfo).port;
-  stack = await startStack({ models: [], withProjector: SEEING, env: { ALLOW_REMOTE_MEDIA: "true" } });
+  stack = await startStack({ models: ["ai/blind"], withProjector: SEEING, env: { ALLOW_REMOTE_MEDIA: "true" } });
 }, 180_000);
 afterAll(async () => {
   await stack?.stop();
@@ -71,6 +73,33 @@ describe("with remote media allowed", () => {
   });
 
   it("the media host was never asked for anything, by us or by llama-server", () => {
+    expect(hits).toEqual([]);
+  });
+});
+
+describe("decisions, as chat: the projector checked and the key admitted before an image is fetched", () => {
+  const url = () => `http://localhost:${port}/cat.png`;
+  const about = (model: string, image?: string) => ({
+    model,
+    input: [{ role: "user", content: [{ type: "input_text", text: "A picture." }, ...(image ? [{ type: "input_image", image_url: image }] : [])] }],
+    questions: [{ type: "predicate", instructions: "It is red." }],
+  });
+
+  it("a model without a projector refuses an image by URL as it refuses one inline, fetching nothing", async () => {
+    const answer = await ask({ url: stack.url }, "POST", "/v1/decisions", about("ai/blind", url()));
+    expect(answer.status).toBe(400);
+    expect(answer.json().error).toMatchObject({ code: "images_not_supported" });
+  });
+
+  it("a key past its limit is refused (429) before an image by URL is fetched, in decisions as in chat", async () => {
+    await writeFile(join(stack.dir, "keys"), "sk-media-once name=once rpm=1\n");
+    await stack.restart({ ALLOW_REMOTE_MEDIA: "true", API_KEYS_FILE: join(stack.dir, "keys") });
+    const once = { authorization: "Bearer sk-media-once" };
+    expect((await ask({ url: stack.url }, "POST", "/v1/decisions", about(model), once)).status).toBe(200);
+    const decision = await ask({ url: stack.url }, "POST", "/v1/decisions", about(model, url()), once);
+    expect([decision.status, decision.json().error.code]).toEqual([429, "rate_limit_exceeded"]);
+    const chat = await ask({ url: stack.url }, "POST", "/v1/chat/completions", { model, messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: url() } }] }] }, once);
+    expect([chat.status, chat.json().error.code]).toEqual([429, "rate_limit_exceeded"]);
     expect(hits).toEqual([]);
   });
 });

@@ -71,6 +71,12 @@ describe("whom a request speaks for", () => {
     expect(keyring.identify(request("k-bob"))).toMatchObject({ name: "bob", admin: false });
   });
 
+  it("a key sent on the trusted socket is that key, an admin there (its peer could send none)", () => {
+    const onSocket = new Request("http://x/", { headers: { "x-trusted": "1", authorization: "Bearer k-bob" } });
+    expect(keyring.identify(onSocket)).toEqual({ name: "bob", admin: true, limits: { ...NONE, tokensPerMinute: 100 } });
+    expect(keyring.identify(request("k-bob"))).toMatchObject({ name: "bob", admin: false });
+  });
+
   it("keyless: local on the trusted socket, anonymous elsewhere; without keys everyone is local", () => {
     expect(keyring.identify(new Request("http://x/", { headers: { "x-trusted": "1" } }))).toMatchObject({ name: "local", admin: true });
     expect(keyring.identify(request())).toMatchObject({ name: "anonymous", admin: false });

@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -33,9 +33,11 @@ describe.each(["bun", "node", "deno"] as const)("a replica with a pinned model, 
     await pushModel(registry, "ai/pinned", "latest", tinyLlamaGguf({ seed: 1 }));
     await pushModel(registry, "ai/other", "latest", tinyLlamaGguf({ seed: 2 }));
     dir = await mkdtemp(join(tmpdir(), "llamadock-pod-"));
+    await writeFile(join(dir, "keys"), "pod-key name=ops admin\n");
     server = await startRunnerService(runtime, dir, registry, {
       PINNED_MODELS: "ai/pinned",
-      API_KEYS: "pod-key",
+      // An admin key: the test unloads, deletes and pulls with it (the pinned model is pulled by the process itself).
+      API_KEYS_FILE: join(dir, "keys"),
       // Any runner not pinned is unloaded as soon as it is idle.
       INFERENCE_KEEP_ALIVE: "0",
       SHUTDOWN_GRACE_MS: "60000",

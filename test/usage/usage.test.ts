@@ -234,6 +234,18 @@ describe("limits per key", () => {
     expect((await long.answer).body).toContain("[DONE]");
     expect((await post("/v1/chat/completions", chat, KEYS.dave)()).status).toBe(200);
   });
+
+  it("/metrics shows a key its own series, its refusals included, as /engines/usage shows its own rows; an admin key every key's", async () => {
+    const keysIn = async (key: string, family: string) => {
+      const text = (await ask(tcp, "GET", "/metrics", undefined, as(key))).body;
+      return [...new Set([...text.matchAll(new RegExp(`^${family}\\{key="([^"]+)"`, "gm"))].map((m) => m[1]))].sort();
+    };
+    expect(await keysIn(KEYS.bob, "llamadock_key_requests_total")).toEqual(["bob"]);
+    expect(await keysIn(KEYS.bob, "llamadock_key_rate_limited_total")).toEqual(["bob"]);
+    expect(await keysIn(KEYS.dave, "llamadock_key_rate_limited_total")).toEqual(["dave"]);
+    expect(await keysIn(KEYS.alice, "llamadock_key_requests_total")).toEqual(expect.arrayContaining(["alice", "bob", "carol", "dave"]));
+    expect(await keysIn(KEYS.alice, "llamadock_key_rate_limited_total")).toEqual(["bob", "carol", "dave"]);
+  });
 });
 
 describe("kept across restarts", () => {

@@ -6,15 +6,24 @@ import { connect, createServer, type Socket } from "node:net";
 // owner-only and trusts its peer, and any local user can reach a loopback port: so a connection is
 // relayed only once its first request carries the relay's token (a random key given to the agent
 // alone, as `Authorization: Bearer` or `x-api-key`); the rest of a kept-alive connection is the
-// same peer's.
+// same peer's. A connection that has not shown the token yet holds nothing of the runner's, and
+// is bounded: its head must come within a deadline, and past a number of them waiting at once the
+// oldest is closed (not the newest: the agent's own connections show the token at once, so a
+// local user who opens many cannot keep the agent out).
 
 export type Relay = { url: string; token: string; close(): void };
+
+/** Bounds on the connections that have not shown the token yet. */
+export type RelayLimits = { headTimeoutMs: number; waitingMax: number };
+
+/** The server's own header deadline (HTTP_HEADERS_TIMEOUT_MS's default), and far more connections than an agent opens at once. */
+export const RELAY_LIMITS: RelayLimits = { headTimeoutMs: 10_000, waitingMax: 64 };
 
 /** Where a request's head ends; a head larger than this is refused. */
 const HEAD_LIMIT = 64 * 1024;
 
-function refuse(client: Socket, status: string, message: string, code: string): void {
-  const body = JSON.stringify({ error: { message, type: "authentication_error", code } });
+function refuse(client: Socket, status: string, message: string, code: string, type = "authentication_error"): void {
+  const body = JSON.stringify({ error: { message, type, code } });
   client.end(`HTTP/1.1 ${status}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
@@ -32,22 +41,46 @@ export function keyOf(head: string): string | undefined {
 
 const sameKey = (given: string | undefined, token: string) => given !== undefined && given.length === token.length && timingSafeEqual(Buffer.from(given), Buffer.from(token));
 
-export async function startRelay(socketPath: string): Promise<Relay> {
+export async function startRelay(socketPath: string, limits: RelayLimits = RELAY_LIMITS): Promise<Relay> {
   const token = `llamadock-${randomBytes(24).toString("hex")}`;
   const open = new Set<Socket>();
+  /** Connections that have not shown the token yet, oldest first, with their deadlines. */
+  const waiting = new Map<Socket, ReturnType<typeof setTimeout>>();
+  const settled = (client: Socket) => {
+    clearTimeout(waiting.get(client));
+    waiting.delete(client);
+  };
 
   const server = createServer((client) => {
     open.add(client);
-    client.on("close", () => open.delete(client));
+    client.on("close", () => {
+      open.delete(client);
+      settled(client);
+    });
     client.on("error", () => client.destroy());
+    const oldest = waiting.size >= limits.waitingMax ? waiting.keys().next().value : undefined;
+    if (oldest) {
+      settled(oldest);
+      oldest.destroy();
+    }
+    const deadline = setTimeout(() => {
+      settled(client);
+      refuse(client, "408 Request Timeout", `this port relays to the model runner for the agent it was opened for: a request's head must come within ${limits.headTimeoutMs} ms`, "header_timeout", "timeout_error");
+      client.destroySoon();
+    }, limits.headTimeoutMs);
+    waiting.set(client, deadline);
     let head = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       head = Buffer.concat([head, chunk]);
       const end = head.indexOf("\r\n\r\n");
       if (end < 0) {
-        if (head.length > HEAD_LIMIT) refuse(client, "431 Request Header Fields Too Large", "request head too large", "header_too_large");
+        if (head.length > HEAD_LIMIT) {
+          settled(client);
+          refuse(client, "431 Request Header Fields Too Large", "request head too large", "header_too_large");
+        }
         return;
       }
+      settled(client);
       client.off("data", onData);
       client.pause();
       if (!sameKey(keyOf(head.subarray(0, end).toString("latin1")), token)) return refuse(client, "401 Unauthorized", "this port relays to the model runner for the agent it was opened for: its key is missing or wrong", "invalid_api_key");
@@ -79,6 +112,7 @@ export async function startRelay(socketPath: string): Promise<Relay> {
     close() {
       server.close();
       for (const socket of open) socket.destroy();
+      for (const client of [...waiting.keys()]) settled(client);
     },
   };
 }

@@ -4,6 +4,7 @@ import { unlessAborted } from "../../http/abort.ts";
 import { readJson } from "../../http/body.ts";
 import { clientGone, HttpError } from "../../http/errors.ts";
 import type { Route } from "../../http/router.ts";
+import { refuseUnlessAdmin } from "../../keys/access.ts";
 import { LOCAL_CALLER } from "../../keys/keyring.ts";
 import { counted, infer, type InferenceDeps } from "../../inference/routes.ts";
 import type { Endpoint } from "../../inference/requests.ts";
@@ -91,10 +92,12 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   }
 
   /** An empty prompt loads the model (or with keep_alive 0 unloads it): Ollama's load and `ollama stop`. */
-  async function loadOrUnload(account: Account, model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate", opts: translate.OllamaOptions | undefined) {
+  async function loadOrUnload(request: Request, account: Account, model: StoredModel, name: string, keep: string | number | undefined, kind: "chat" | "generate", opts: translate.OllamaOptions | undefined) {
     account.handed = true; // no inference: the ledger counts no load, nor its failure
     const base = { model: name, created_at: new Date().toISOString(), ...(kind === "chat" ? { message: { role: "assistant", content: "" } } : { response: "" }), done: true };
     if (keep !== undefined && keepAliveMs(String(keep)) === 0) {
+      // As POST /engines/unload: an admin's (src/keys/access.ts).
+      refuseUnlessAdmin(deps.inference.identify?.(request) ?? LOCAL_CALLER, "unloading a model", "other keys use its runners");
       await deps.inference.scheduler.unload((runner) => runner.modelId === model.id);
       return Response.json({ ...base, done_reason: "unload" });
     }
@@ -108,7 +111,7 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   async function chat(request: Request, account: Account): Promise<Response> {
     const chat = await body(request, ChatBody);
     const model = await prepare(chat.model, account);
-    if (!chat.messages?.length) return loadOrUnload(account, model, chat.model, chat.keep_alive, "chat", chat.options);
+    if (!chat.messages?.length) return loadOrUnload(request, account, model, chat.model, chat.keep_alive, "chat", chat.options);
     const stream = chat.stream ?? true; // Ollama streams unless told not to
     const openai = translate.chatRequest(chat as translate.OllamaChat, stream);
     const { response, clock } = await run(request, account, "chat/completions", openai, chat.keep_alive, chat.options);
@@ -118,7 +121,7 @@ export function ollamaRoutes(deps: OllamaDeps): Route[] {
   async function generate(request: Request, account: Account): Promise<Response> {
     const gen = await body(request, GenerateBody);
     const model = await prepare(gen.model, account);
-    if (!gen.prompt && !gen.images?.length) return loadOrUnload(account, model, gen.model, gen.keep_alive, "generate", gen.options);
+    if (!gen.prompt && !gen.images?.length) return loadOrUnload(request, account, model, gen.model, gen.keep_alive, "generate", gen.options);
     const stream = gen.stream ?? true;
     const { endpoint, body: openai } = translate.generateRequest(gen as translate.OllamaGenerate, stream);
     const { response, clock } = await run(request, account, endpoint, openai, gen.keep_alive, gen.options);
@@ -251,6 +254,9 @@ function numCtx(opts: translate.OllamaOptions | undefined): number | undefined {
   const value = opts?.num_ctx;
   return typeof value === "number" && Number.isInteger(value) && value > 0 ? value : undefined;
 }
+
+/** A refusal met before a route's handler (see src/keys/access.ts), in Ollama's shape on Ollama's routes. */
+export const ollamaRefusal = (route: Route, error: HttpError): Response | undefined => (route.path.startsWith("/api/") ? ollamaError(error.status, error.message, error.headers) : undefined);
 
 /** Our errors, and llama-server's, as Ollama's `{"error": "..."}` with the same status. */
 function inOllamaShape(handle: (request: Request) => Promise<Response>) {

@@ -1,14 +1,15 @@
-import { formatLabels, type ExtraFamily } from "../metrics.ts";
+import { formatLabels, type ExtraFamily, type ShowsKey } from "../metrics.ts";
 import type { Limiter } from "../../keys/limits.ts";
 import { totals, type Ledger } from "./ledger.ts";
 
 // /metrics' counters per key name and model, from the usage ledger (so they go on across restarts,
-// as the ledger does), and the requests each key's limits refused.
+// as the ledger does), and the requests each key's limits refused: of the keys `shows` lets the
+// scrape see (an admin's sees every key's, a key its own, as GET /engines/usage answers them).
 
-export function usageFamilies(ledger: Ledger, limiter: Limiter): ExtraFamily[] {
-  const rows = totals(ledger.rows(), ["key", "model"]);
+export function usageFamilies(ledger: Ledger, limiter: Limiter, shows: ShowsKey): ExtraFamily[] {
+  const rows = totals(ledger.rows(), ["key", "model"]).filter((r) => shows(r.key));
   const line = (name: string, labels: Record<string, string>, value: number) => `${name}${formatLabels(labels)} ${value}`;
-  const refused = [...limiter.refusals()].flatMap(([key, limits]) =>
+  const refused = [...limiter.refusals()].filter(([key]) => shows(key)).flatMap(([key, limits]) =>
     [...limits].map(([limit, n]) => line("llamadock_key_rate_limited_total", { key, limit }, n)),
   );
   return [
