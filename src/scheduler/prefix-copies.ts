@@ -70,6 +70,9 @@ export class PrefixCopies {
     if (where.kind === "any") return waitHeld ? { ready: waitHeld } : {};
     if (where.kind === "own") return { slot: where.slot, ...(waitHeld ? { ready: waitHeld } : {}) };
     const parked = where.park === undefined ? undefined : this.parked.park(where.slot, where.park, held);
+    // Held while it is parked, as while it is copied: a request left to llama-server could run
+    // there before the save, and its conversation would be stored as the parked session's.
+    if (parked) this.hold(where.slot, parked);
     const { unpark } = where;
     const follow = where.kind === "follow" ? this.follow(where.from, where.slot, unpark !== undefined) : undefined;
     if (!held && !parked && unpark === undefined) return { slot: where.slot, ...(follow ? { ready: follow } : {}) };

@@ -8,7 +8,9 @@ import { join } from "node:path";
 // tokens as llama-server saved them, and `<key hash>-<slot>.json`, written after the save ended:
 // the full key it was saved under, its size and its SHA-256. An entry is handed back only when
 // all three match, so a file from other settings, truncated or corrupt is never loaded: it is
-// removed. The folder keeps to a byte budget; the least recently used entries go first. Parked
+// removed. The folder keeps to a byte budget, counting the saves still being written; the least
+// recently used entries go first, and a save larger than the whole budget is not kept (it would
+// push out every other entry, of every key, and then itself: it is removed at once). Parked
 // conversations (src/slot-cache/parking.ts) are entries too, named for their session, not a slot
 // (`<key hash>-p<session hash>`): a loading runner never restores them into slots, but lists those
 // of its key (`parked`), so that a session parked before a restart or reload gets its own back.
@@ -27,8 +29,11 @@ export type SlotFolder = {
   dir: string;
   /** A fresh file name for llama-server to save one slot into. */
   saving(key: CacheKey, slot: EntryName): string;
-  /** Takes a file llama-server saved as an entry, then keeps the folder within its budget. */
-  commit(file: string, key: CacheKey, slot: EntryName, tokens: number, holders?: string[]): Promise<void>;
+  /**
+   * Takes a file llama-server saved as an entry, then keeps the folder within its budget: whether
+   * it was kept (a file larger than the budget is removed instead).
+   */
+  commit(file: string, key: CacheKey, slot: EntryName, tokens: number, holders?: string[]): Promise<boolean>;
   /** The key names an entry was saved with (undefined: none were kept). */
   holders(key: CacheKey, slot: EntryName): Promise<string[] | undefined>;
   /** The file name of a sound entry for this key and slot (marked used), or undefined; an unsound one is removed. */
@@ -127,7 +132,12 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
       try {
         await made();
         const path = join(dir, file);
-        const [{ size }, sha256] = await Promise.all([stat(path), fileSha256(path)]);
+        const { size } = await stat(path);
+        if (size > budgetBytes) {
+          await rm(path, { force: true });
+          return false;
+        }
+        const sha256 = await fileSha256(path);
         const name = base(key, slot);
         // The metadata goes last: an entry without it is never handed back.
         await rm(join(dir, `${name}.json`), { force: true });
@@ -139,6 +149,7 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
         writing.delete(file);
       }
       await this.prune();
+      return true;
     },
     async checkout(key, slot) {
       await made();
@@ -178,8 +189,10 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
     async prune() {
       await made();
       await removeParts();
-      let total = 0;
       const all = await entries();
+      // Saves being written count too: two at once must not each find the room the other takes.
+      const pending = await Promise.all([...writing].map((n) => stat(join(dir, n)).then((s) => s.size, () => 0)));
+      let total = pending.reduce((a, b) => a + b, 0);
       for (const e of all) total += e.bytes;
       for (const e of all) {
         if (total <= budgetBytes) break;

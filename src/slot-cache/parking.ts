@@ -35,8 +35,9 @@ export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: Cach
         await folder.drop(file);
         return false;
       }
-      await folder.commit(file, key, entry, saved.saved);
-      return true;
+      if (await folder.commit(file, key, entry, saved.saved)) return true;
+      log(`slot cache: ${name}: slot ${slot} not parked (larger than INFERENCE_SLOT_CACHE_BUDGET): its session processes its conversation again`);
+      return false;
     },
     async unpark(session, slot) {
       const entry = entryOf(session);

@@ -159,7 +159,10 @@ async function save(runner: RunnerProcess, key: CacheKey, spec: RunnerSpec, hook
       if (session !== undefined) return void (await sessions!.parking.park(id, session, deadline));
       const file = hooks.folder.saving(key, id);
       const answer = await trySlotAction(runner, id, "save", file, deadline);
-      if (answer.ok) return hooks.folder.commit(file, key, id, answer.saved, holders);
+      if (answer.ok) {
+        if (!(await hooks.folder.commit(file, key, id, answer.saved, holders))) log(`slot cache: ${spec.name}: slot ${id} not saved (larger than INFERENCE_SLOT_CACHE_BUDGET)`);
+        return;
+      }
       hooks.folder.abandon(file);
       log(`slot cache: ${spec.name}: slot ${id} not saved (${answer.text})`);
     }),

@@ -90,6 +90,21 @@ describe("parking, before a placed request is sent", () => {
     expect(log).toEqual(["park 0 as a", "parked a", "park 1 as c", "parked c", "unpark a->1"]);
   });
 
+  it("a request left to llama-server waits while a slot is parked, which it could otherwise run on before the save", async () => {
+    const { log, copies, saved } = recorder();
+    const taking = copies.prepare({ kind: "take", slot: 0, lead: false, park: "a" });
+    const anywhere = copies.prepare({ kind: "any" });
+    expect(anywhere.ready).toBeDefined();
+    let sent = false;
+    const waiting = anywhere.ready!(never).then(() => (sent = true));
+    await tick();
+    expect([log, sent]).toEqual([["park 0 as a"], false]);
+    saved();
+    await waiting;
+    await taking.ready!(never);
+    expect([log, sent]).toEqual([["park 0 as a", "parked a"], true]);
+  });
+
   it("a session back while its conversation is still being saved waits for that save", async () => {
     const { log, copies, saved } = recorder();
     copies.prepare({ kind: "take", slot: 0, lead: false, park: "a" });

@@ -35,6 +35,30 @@ describe("slot folder", () => {
     expect(await names()).toEqual([`${keyHash(key("a"))}-0.bin`, `${keyHash(key("c"))}-0.bin`].sort());
   });
 
+  it("a save larger than the whole budget is not kept, and pushes out nothing", async () => {
+    const folder = createSlotFolder(dir, 2500);
+    await saved(folder, "a", 1000);
+    await saved(folder, "b", 1000);
+    const file = folder.saving(key("c"), 0);
+    await writeFile(join(dir, file), new Uint8Array(3000));
+    expect(await folder.commit(file, key("c"), 0, 300)).toBe(false);
+    expect(await names()).toEqual([`${keyHash(key("a"))}-0.bin`, `${keyHash(key("b"))}-0.bin`].sort());
+    expect((await readdir(dir)).filter((n) => n.endsWith(".part"))).toEqual([]);
+  });
+
+  it("counts the saves being written: an entry goes for the room one of them takes", async () => {
+    const folder = createSlotFolder(dir, 2500);
+    await saved(folder, "a", 1000);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    // b's save is being written (llama-server has not finished) while c's is committed.
+    const writing = folder.saving(key("b"), 0);
+    await writeFile(join(dir, writing), new Uint8Array(1000));
+    await saved(folder, "c", 1000);
+    expect(await names()).toEqual([`${keyHash(key("c"))}-0.bin`]);
+    expect(await folder.commit(writing, key("b"), 0, 100)).toBe(true);
+    expect(await names()).toEqual([`${keyHash(key("b"))}-0.bin`, `${keyHash(key("c"))}-0.bin`].sort());
+  });
+
   it("forgets a deleted model's entries (every setting it was saved under), and only those", async () => {
     const folder = createSlotFolder(dir, 1 << 20);
     await saved(folder, "a", 1000);
