@@ -7,6 +7,7 @@ import type { RequestTimer } from "./latency.ts";
 import { requestTimedOut, type Bounds } from "./bounds.ts";
 import { KEY_HEADER } from "../slot-cache/per-key.ts";
 import { openingTooLong } from "./context-error.ts";
+import { countedAnswer, countedStream, prefillBody, processedBy } from "./prefill.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -83,6 +84,8 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     lease.release();
   };
   let upstream: Response;
+  /** What a leader's prefill processed of its prompt (its answer counts it as processed, not cached). */
+  let prefilled = 0;
   const sentAt = performance.now();
   try {
     // A follower's copy of the slot that processed its prompt's start, restored first (see
@@ -90,7 +93,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     // answer is no silence of the runner's.
     if (lease.ready) await lease.ready(call.signal).catch((error: unknown) => failed(forwarded, error, call.signal));
     lease.sending(forwarded.stream);
-    if (lease.prefilled) await prefill(forwarded, lease.prefilled, call.signal);
+    if (lease.prefilled) prefilled = await prefill(forwarded, lease.prefilled, call.signal);
     upstream = await send(lease.slot === undefined ? forwarded : { ...forwarded, body: inSlot(forwarded.body, lease.slot) }, call.signal);
   } catch (error) {
     release();
@@ -120,6 +123,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
       release();
     }
     stamp(headers, forwarded, performance.now() - sentAt);
+    if (prefilled > 0 && upstream.ok) answer = countedAnswer(answer, prefilled);
     timer?.end(upstream.ok, edges(answer));
     if (upstream.status === 400) answer = openingTooLong(forwarded.model, forwarded.path, forwarded.body, answer) ?? answer;
     return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
@@ -148,8 +152,9 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     release();
     timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
   };
+  const body = prefilled > 0 ? upstream.body.pipeThrough(countedStream(prefilled)) : upstream.body;
   const relayed = relay(
-    forwarded.reshape ? forwarded.reshape(upstream.body, questions(forwarded)) : upstream.body,
+    forwarded.reshape ? forwarded.reshape(body, questions(forwarded)) : body,
     { died: call.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
@@ -213,29 +218,25 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
 /**
  * A leader's prompt processed alone in its slot first, generating nothing (`n_predict: 0`), then
  * its followers told (see src/scheduler/prefix-copies.ts): they copy the start now, while this
- * request answers. Its own answer then reuses the whole prompt. A prefill that fails (the prompt
- * too long, say) is no failure of the request: it is sent all the same, and answered as it would be.
+ * request answers. Its own answer then reuses the whole prompt; the tokens the prefill processed
+ * are answered (src/inference/prefill.ts). A prefill that fails (the prompt too long, say) is no
+ * failure of the request: it is sent all the same, and answered as it would be.
  */
-async function prefill(forwarded: Forwarded, prefilled: (signal: AbortSignal) => Promise<void>, signal: AbortSignal): Promise<void> {
+async function prefill(forwarded: Forwarded, prefilled: (signal: AbortSignal) => Promise<void>, signal: AbortSignal): Promise<number> {
   const { lease, path, body } = forwarded;
   try {
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (forwarded.key !== undefined) headers[KEY_HEADER] = forwarded.key;
     const answer = await lease.fetch(`http://runner${path}`, { method: "POST", headers, body: inSlot(prefillBody(body), lease.slot!), signal });
-    await answer.arrayBuffer();
+    const bytes = new Uint8Array(await answer.arrayBuffer());
     lease.heard();
+    return answer.ok ? processedBy(bytes) : 0;
   } catch (error) {
     if (signal.aborted) throw await failure(forwarded, error, signal);
+    return 0;
   } finally {
     await prefilled(signal).catch(() => {});
   }
-}
-
-/** The request's body asking for its prompt alone: nothing generated, one JSON answer. */
-export function prefillBody(body: Uint8Array<ArrayBuffer>): Uint8Array<ArrayBuffer> {
-  const json = JSON.parse(utf8.decode(body)) as Record<string, unknown>;
-  const { stream: _, stream_options: __, timings_per_token: ___, ...rest } = json;
-  return new TextEncoder().encode(JSON.stringify({ ...rest, n_predict: 0 }));
 }
 
 async function failed(forwarded: Forwarded, error: unknown, signal: AbortSignal): Promise<never> {

@@ -43,11 +43,11 @@ describe("agent sessions sharing a runner", () => {
     const file = Array.from({ length: 40 }, (_, i) => `export const value${i} = parse(input${i});`).join("\n");
     const first = [{ role: "user", content: `Fix the failing test in parser.ts, please. It reads:\n${file}` }];
     const opened = await turn("alpha", "session-a", first);
-    expect(opened.prompt_n + opened.cache_n).toBeGreaterThan(4000);
+    expect(opened.prompt_n).toBeGreaterThan(4000);
     await turn("alpha", "session-b", [{ role: "user", content: "Write a README for this folder." }]);
     const second = [...first, { role: "assistant", content: "I read parser.ts." }, { role: "user", content: "Now run the tests." }];
     const again = await turn("alpha", "session-a", second);
-    expect(again.cache_n, JSON.stringify(again)).toBeGreaterThanOrEqual(opened.prompt_n + opened.cache_n);
+    expect(again.cache_n, JSON.stringify(again)).toBeGreaterThanOrEqual(opened.prompt_n);
     expect(again.prompt_n).toBeLessThan(60);
   });
 
@@ -72,10 +72,11 @@ describe("agent sessions sharing a runner", () => {
     const opened = await Promise.all(tasks.map((task, i) => turn("beta", `session-${i}`, [{ role: "user", content: task }])));
     const start = Math.max(...opened.map((t) => t.prompt_n + t.cache_n));
     expect(start).toBeGreaterThan(4000);
-    // The first's prompt is processed alone first (a request of ours that generates nothing); each of
-    // the others, after a copy of its slot, processes only its own task, and so does the first's answer.
+    // The first's prompt is processed alone first (a request of ours that generates nothing, counted
+    // in its answer); each of the others, after a copy of its slot, processes only its own task.
     expect((await processedTokens()) - before, JSON.stringify(opened)).toBeLessThan(1.1 * start);
-    expect(opened.filter((t) => t.cache_n > 4000), JSON.stringify(opened)).toHaveLength(SLOTS);
+    expect(opened.reduce((sum, t) => sum + t.prompt_n, 0), JSON.stringify(opened)).toBeLessThan(1.1 * start);
+    expect(opened.filter((t) => t.cache_n > 4000), JSON.stringify(opened)).toHaveLength(SLOTS - 1);
   });
 
   /** The runner's requests holding a slot (`in_flight`) or waiting for one (`queue_depth`), from /metrics. */
@@ -98,8 +99,7 @@ describe("agent sessions sharing a runner", () => {
     const [lead, ...followers] = await Promise.all([leading, ...following]);
     const next = await waiting;
     expect(lead!.predicted_n).toBe(300);
-    // Its prompt was processed by our request before it, which generated nothing.
-    expect(lead!.cache_n).toBeGreaterThan(4000);
+    expect(lead!.prompt_n).toBeGreaterThan(4000);
     for (const follower of followers) {
       expect(follower.cache_n, JSON.stringify(followers)).toBeGreaterThan(4000);
       expect(follower.prompt_n, JSON.stringify(followers)).toBeLessThan(60);
@@ -240,10 +240,15 @@ describe("parked sessions across a restart and a reload", () => {
     expect((await parked()).length - before, "entries parked by the first turns").toBe(count);
     return first[0]!;
   }
-  /** Processed only its new tokens: its whole conversation (the first turn's prompt) came from its restored slot. */
+  /**
+   * Processed only its new tokens: its whole conversation (the first turn's prompt) came from its
+   * restored slot. (A first turn that led, its prompt processed by our prefill, leaves the last of
+   * its prompt's tokens to be processed again: llama-server evaluates at least one token of a
+   * request, and its answer there found one token fewer in the slot afterwards.)
+   */
   const onlyNew = (t: Timings, first: Pick<Timings, "prompt_n" | "cache_n">) => {
     expect(t.prompt_n, JSON.stringify(t)).toBeLessThan(60);
-    expect(t.cache_n).toBeGreaterThanOrEqual(first.prompt_n + first.cache_n);
+    expect(t.cache_n).toBeGreaterThanOrEqual(first.prompt_n + first.cache_n - 1);
   };
 
   it("a session parked before a restart, or before its runner's reload, processes only its new tokens when it comes back", async () => {
