@@ -5,7 +5,7 @@ import { createHash } from "node:crypto";
 // themselves, each in its own way; a request that names none is placed by llama-server, as before.
 
 /** Headers that name a session: Claude Code's, then Codex's (both spellings seen). */
-const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id"];
+export const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id"];
 
 /** A session's name as kept (a client may send anything: bounded, so a table of them stays small). */
 const MAX_SESSION_CHARS = 200;
