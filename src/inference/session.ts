@@ -8,9 +8,10 @@ import { createHash } from "node:crypto";
 
 /**
  * Headers that name a session: Claude Code's, then Codex's (both spellings seen; pi's and Qwen
- * Code's as launch sets them up are `session_id`), then pi's other one.
+ * Code's as launch sets them up are `session_id`), then pi's (and opencode's) other one. The pool's
+ * gateway sticks a session to its replica by the same headers (deploy/haproxy.cfg).
  */
-const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id", "x-session-affinity"];
+export const SESSION_HEADERS = ["x-claude-code-session-id", "session-id", "session_id", "x-session-affinity"];
 
 /** A session's name as kept (a client may send anything: bounded, so a table of them stays small). */
 const MAX_SESSION_CHARS = 200;

@@ -14,9 +14,10 @@
 // restore a slot named by `id_slot` from its host prompt cache). So the displaced conversation is
 // saved first (parked, under its session's name, which is per key), and a session whose slot was
 // given away gets its parked conversation restored into the slot it is given (prefix-copies.ts).
-// Parked files outlive the runner: one that stops parks the sessions still in its slots too, and
-// one loaded after a restart or a reload knows the sessions its predecessors of the same model and
-// settings parked (`recall`), and unparks them the same way.
+// Parked files outlive the runner and are shared by every process on the store: one that stops parks
+// the sessions still in its slots too, and a session parked elsewhere (by a runner before a restart or
+// a reload, or by another replica of the pool) is looked up in the folder when it is placed
+// (`recall`), and unparked the same way.
 //
 // Requests that name no session but have a start (a system prompt or tools: a script, LangChain, a
 // small agent) are placed too, as anonymous conversations: clients opening together over one start
@@ -127,21 +128,21 @@ export class SlotTable {
   private readonly leads = new Map<number, string>();
   /** Sessions whose slot was given away, longest parked first (a Set keeps insertion order). */
   private readonly parked = new Set<string>();
-  /** Sessions parked before this runner loaded (a restart, a reload), as the slot-cache folder holds them. */
-  private parkedBefore: (session: string) => boolean = () => false;
+  /** Sessions parked elsewhere (before this runner loaded, or by another process on the store), as the slot-cache folder holds them. */
+  private parkedElsewhere: (session: string) => boolean = () => false;
 
   constructor(count: number) {
     this.slots = Array.from({ length: count }, () => ({ busy: false, usedAt: 0 }));
   }
 
-  /** Sessions parked by an earlier runner of the same model and settings are parked here too. */
-  recall(parkedBefore: (session: string) => boolean): void {
-    this.parkedBefore = parkedBefore;
+  /** Sessions parked by another runner of the same model and settings (earlier, or a replica's) are parked here too. */
+  recall(parkedElsewhere: (session: string) => boolean): void {
+    this.parkedElsewhere = parkedElsewhere;
   }
 
   /** Places a request and marks its slot busy; the slot now holds the session's conversation. */
   place(ask: Ask, now: number): Placement {
-    const parked = { has: (session: string) => this.parked.has(session) || this.parkedBefore(session) };
+    const parked = { has: (session: string) => this.parked.has(session) || this.parkedElsewhere(session) };
     const where = placement(this.slots, ask, this.leading, parked);
     if (where.kind === "any") return where;
     if (where.kind !== "own") this.moved(ask.session, where);

@@ -4,8 +4,8 @@ import { MAX_PARKED_SESSIONS } from "./affinity.ts";
 // The effects of parking (see affinity.ts): a displaced session's conversation is saved before
 // the request given its slot is sent, and restored into the slot its session is given when it
 // comes back. A session may come back while its conversation is still being saved: its restore
-// waits for that save. One parked before the runner loaded (a restart, a reload) is the folder's
-// to find (`keeps`). What fails (a save refused, a file past the folder's budget) costs only
+// waits for that save. One parked elsewhere (before the runner loaded, or by another replica on
+// the same store) is the folder's to find (`keeps`). What fails (a save refused, a file past the folder's budget) costs only
 // the processing of that conversation again: the runner's parking logs it, no request fails.
 
 export class ParkedSlots {
@@ -34,7 +34,7 @@ export class ParkedSlots {
 
   /**
    * Restores `session`'s parked conversation into `slot` once its save is done (parked by this
-   * runner), or at once (parked before it loaded): whether it was.
+   * runner), or at once (parked elsewhere): whether it was.
    */
   async unpark(session: string, slot: number): Promise<boolean> {
     const saved = this.saves.get(session) ?? (this.parking?.keeps(session) ? Promise.resolve(true) : undefined);

@@ -30,7 +30,10 @@ export interface RunnerProcess {
 
 /** Conversations parked by session name (per key: a name is never another key's). */
 export interface SlotParking {
-  /** Whether `session`'s conversation was parked before this runner loaded (by a runner of the same model, build and settings). */
+  /**
+   * Whether `session`'s conversation is parked where this runner finds it, by a runner of the same
+   * model, build and settings: this one, one before it loaded, or another process on the same store.
+   */
   keeps(session: string): boolean;
   /** Saves `slot`'s conversation as `session`'s (false: not saved, or not by the time `signal` aborts). */
   park(slot: number, session: string, signal?: AbortSignal): Promise<boolean>;

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { createReadStream } from "node:fs";
+import { createReadStream, statSync } from "node:fs";
 import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
@@ -12,8 +12,9 @@ import { join } from "node:path";
 // recently used entries go first, and a save larger than the whole budget is not kept (it would
 // push out every other entry, of every key, and then itself: it is removed at once). Parked
 // conversations (src/slot-cache/parking.ts) are entries too, named for their session, not a slot
-// (`<key hash>-p<session hash>`): a loading runner never restores them into slots, but lists those
-// of its key (`parked`), so that a session parked before a restart or reload gets its own back.
+// (`<key hash>-p<session hash>`): a loading runner never restores them into slots; a session's is
+// looked up by name (`isParked`) when the session is placed, so that one parked before a restart or
+// a reload, or by another process on the same folder (a replica that stopped), gets its own back.
 
 /** Everything that changes what a slot's cache means: the model's bytes, the engine, the settings. */
 export type CacheKey = Record<string, unknown>;
@@ -38,8 +39,11 @@ export type SlotFolder = {
   holders(key: CacheKey, slot: EntryName): Promise<string[] | undefined>;
   /** The file name of a sound entry for this key and slot (marked used), or undefined; an unsound one is removed. */
   checkout(key: CacheKey, slot: EntryName): Promise<string | undefined>;
-  /** The parked sessions' entries of this key now in the folder (with their metadata: saved whole). */
-  parked(key: CacheKey): Promise<Set<`p${string}`>>;
+  /**
+   * Whether a parked session's entry of this key is in the folder now (its metadata: saved whole),
+   * whoever parked it. One `stat`, synchronous: the slot table places a request in one step.
+   */
+  isParked(key: CacheKey, entry: `p${string}`): boolean;
   /** A save that did not end in time: its file is left to the next prune. */
   abandon(file: string): void;
   /** Removes a file saved for a moment only (a slot copied into others: see copy.ts), never made an entry. */
@@ -169,11 +173,13 @@ export function createSlotFolder(dir: string, budgetBytes: number): SlotFolder {
       const meta = await readFile(join(dir, `${base(key, slot)}.json`), "utf8").then((text) => JSON.parse(text) as Meta, () => undefined);
       return meta?.holders;
     },
-    async parked(key) {
-      const prefix = `${keyHash(key)}-p`;
-      const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.startsWith(prefix) && n.endsWith(".json"));
-      // Only the name is read here; a checkout still checks the entry against the key, size and digest.
-      return new Set(names.map((n) => n.slice(prefix.length - 1, -".json".length) as `p${string}`));
+    isParked(key, entry) {
+      // Only the name is looked at here; a checkout still checks the entry against the key, size and digest.
+      try {
+        return statSync(join(dir, `${base(key, entry)}.json`), { throwIfNoEntry: false }) !== undefined;
+      } catch {
+        return false; // a folder that cannot be read holds nothing for us
+      }
     },
     abandon: (file) => void writing.delete(file),
     async drop(file) {

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { RunnerProcess, SlotParking } from "../scheduler/types.ts";
-import type { CacheKey, EntryName, SlotFolder } from "./folder.ts";
+import type { CacheKey, SlotFolder } from "./folder.ts";
 import { trySlotAction } from "./slot-api.ts";
 
 // Conversations displaced from their slots (src/scheduler/affinity.ts), kept in the slot-cache
@@ -12,22 +12,22 @@ import { trySlotAction } from "./slot-api.ts";
 // which names each within its key: an entry is never restored for another key's request.
 //
 // The entry's name is all it takes to find it again: the key's hash (model, engine build, context,
-// slots, cache flags: see runner.ts's cacheKey) and the session's digest. So a runner that loads
-// after a restart or a reload lists the entries its key's runners parked (`earlier`), and a session
-// among them gets its conversation back as if this runner had parked it; the checkout still checks
-// the entry's key, size and digest, and a file another key, build or setting saved is never found.
+// slots, cache flags: see runner.ts's cacheKey) and the session's digest. So a session this runner
+// did not park is looked up in the folder by that name when it is placed (`keeps`): one parked by a
+// runner of the same key before this one loaded (a restart, a reload), or by another process on the
+// same folder (a replica of a pool on one store that stopped, its sessions sent here), gets its
+// conversation back as if this runner had parked it. The checkout still checks the entry's key,
+// size and digest, and a file another key, build or setting saved is never found.
 
 /** The entry of a session: a digest, so that a client's name never reaches a path. */
-const entryOf = (session: string): EntryName => `p${createHash("sha256").update(session).digest("hex").slice(0, 32)}`;
+const entryOf = (session: string): `p${string}` => `p${createHash("sha256").update(session).digest("hex").slice(0, 32)}`;
 
-/** `earlier`: the entries of this key parked before this runner loaded (see folder.ts's `parked`). */
-export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: CacheKey, name: string, log: (line: string) => void, earlier = new Set<EntryName>()): SlotParking {
+export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: CacheKey, name: string, log: (line: string) => void): SlotParking {
   return {
-    keeps: (session) => earlier.size > 0 && earlier.has(entryOf(session)),
+    // Asked only for a session that holds no slot here: one stat per such placement.
+    keeps: (session) => folder.isParked(key, entryOf(session)),
     async park(slot, session, signal) {
       const entry = entryOf(session);
-      // Parked afresh: this runner knows it from now on.
-      earlier.delete(entry);
       const file = folder.saving(key, entry);
       const saved = await trySlotAction(runner, slot, "save", file, signal);
       if (!saved.ok) {
@@ -41,7 +41,6 @@ export function slotParking(runner: RunnerProcess, folder: SlotFolder, key: Cach
     },
     async unpark(session, slot) {
       const entry = entryOf(session);
-      earlier.delete(entry);
       const file = await folder.checkout(key, entry);
       if (!file) {
         log(`slot cache: ${name}: a parked conversation is gone (dropped for the folder's budget, or unsound): its session processes it again`);

@@ -75,8 +75,6 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
       (error: Error) => (log(`slot cache: ${hooks.folder.dir} cannot be used (${error.message}): runners start without it`), false),
     );
     if (!usable) return start(spec, signal);
-    // Sessions parked before this runner (a restart, a reload) get their conversations back too.
-    const parked = hooks.parking ? await hooks.folder.parked(key) : undefined;
     const runner = await start({ ...spec, extraArgs: [...(spec.extraArgs ?? []), "--slot-save-path", hooks.folder.dir] }, signal);
     const cached: RunnerProcess = {
       fetch: runner.fetch,
@@ -84,7 +82,7 @@ export function withSlotCache(start: StartRunner, hooks: SlotCacheHooks): StartR
       running: () => runner.running(),
       kill: () => runner.kill(),
       copySlot: slotCopier(runner, hooks.folder, key),
-      ...(parked ? { parking: slotParking(runner, hooks.folder, key, spec.name, log, parked) } : {}),
+      ...(hooks.parking ? { parking: slotParking(runner, hooks.folder, key, spec.name, log) } : {}),
       stop: async (held) => {
         // A runner unloaded while it loaded has nothing new to keep.
         const holders = hooks.perKey ? [...promptHolders(cached)] : undefined;

@@ -50,7 +50,8 @@ describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose"
     // The compose network, made first so that the registry is on it before the replicas pull.
     await podman.run(["network", "create", `${project}_default`]);
     registry = await startRegistryContainer(podman, `${project}-registry`, `${project}_default`, dir, "registry");
-    const pushed = await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ seed: 11 }));
+    // The tiny chat model (a BPE vocabulary of about one token per byte): agent sessions' turns fit its context.
+    const pushed = await pushModel(registry, "test/tiny", "latest", tinyLlamaGguf({ vocabulary: "bpe", seed: 11, context: 16384 }));
     // What a pull keeps: the weights, and the artifact's config (so the model can be pushed as it came).
     blobs = [pushed.ggufDigest, pushed.configDigest].map((digest) => digest.replace("sha256:", "")).sort();
     model = `${registry.address}/test/tiny:latest`;
@@ -129,9 +130,113 @@ describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose"
       expect([...counts.keys()].sort()).toEqual(REPLICAS);
     }, 120_000);
 
+    describe("three agent sessions", () => {
+      type Message = { role: string; content: string };
+      /** What one turn cost: the tokens llama-server processed and those it took from its cache, and who answered. */
+      type Turn = { processed: number; cached: number; replica: string };
+      const auth = () => ({ authorization: `Bearer ${key}` });
+      /** Each as its agent sends it: Claude Code (Anthropic Messages, its header), Codex (Responses, its header and body field), a chat client naming its session in Codex's other spelling. */
+      const SESSIONS: Record<string, (messages: Message[]) => Promise<Turn>> = {
+        "claude-1": async (messages) => {
+          const answer = await ask(target, "POST", "/v1/messages", { model, system: "You are a coding agent.", messages, max_tokens: 2, temperature: 0 }, { ...auth(), "x-claude-code-session-id": "claude-1" });
+          expect(answer.status, answer.body).toBe(200);
+          const { input_tokens, cache_read_input_tokens } = answer.json().usage as { input_tokens: number; cache_read_input_tokens: number };
+          return { processed: input_tokens, cached: cache_read_input_tokens, replica: String(servedBy(answer)) };
+        },
+        "codex-1": async (messages) => {
+          const body = { model, instructions: "You are a coding agent.", input: messages, prompt_cache_key: "codex-1", store: false, max_output_tokens: 2, temperature: 0 };
+          const answer = await ask(target, "POST", "/v1/responses", body, { ...auth(), "session-id": "codex-1" });
+          expect(answer.status, answer.body).toBe(200);
+          const usage = answer.json().usage as { input_tokens: number; input_tokens_details: { cached_tokens: number } };
+          return { processed: usage.input_tokens - usage.input_tokens_details.cached_tokens, cached: usage.input_tokens_details.cached_tokens, replica: String(servedBy(answer)) };
+        },
+        "chat-1": async (messages) => {
+          const body = { model, messages: [{ role: "system", content: "You are a coding agent." }, ...messages], max_tokens: 2, temperature: 0 };
+          const answer = await ask(target, "POST", "/v1/chat/completions", body, { ...auth(), session_id: "chat-1" });
+          expect(answer.status, answer.body).toBe(200);
+          const { prompt_n, cache_n } = answer.json().timings as { prompt_n: number; cache_n: number };
+          return { processed: prompt_n, cached: cache_n, replica: String(servedBy(answer)) };
+        },
+      };
+      const names = Object.keys(SESSIONS);
+      /** Each session's own long history (a file it read): what it would process again where its conversation is not. */
+      const history = (name: string) => `Fix the failing test in ${name}.ts, please. It reads:\n${Array.from({ length: 30 }, (_, i) => `export const value${i} = parse(${name}${i});`).join("\n")}`;
+      const conversations = new Map(names.map((name) => [name, [{ role: "user", content: history(name) }] as Message[]]));
+      const last = new Map<string, Turn>();
+      /** The session's next turn: its conversation so far, an answer and a new question added. */
+      async function next(name: string): Promise<Turn> {
+        const messages = conversations.get(name)!;
+        if (last.has(name)) messages.push({ role: "assistant", content: "Done." }, { role: "user", content: `Step ${messages.length}: now run the tests.` });
+        const turn = await SESSIONS[name]!(messages);
+        last.set(name, turn);
+        return turn;
+      }
+      /** Processed only what the turn added: the whole conversation before it came from a slot, in place or restored. */
+      const onlyNew = (turn: Turn, before: Turn, what: string) => {
+        expect(turn.processed, `${what}: ${JSON.stringify(turn)}`).toBeLessThan(60);
+        expect(turn.cached, `${what}: ${JSON.stringify(turn)}`).toBeGreaterThanOrEqual(before.processed + before.cached);
+      };
+      const parked = async (replica: string) => {
+        const { stdout } = await podman.run(["exec", container(replica), "ls", "/models/slot-cache"]);
+        return stdout.split("\n").filter((name) => /-p[0-9a-f]{32}\.json$/.test(name));
+      };
+
+      it("each session's turns go to one replica, each turn after the first processing only its new tokens; new sessions spread over both", async () => {
+        const first = new Map<string, Turn>();
+        for (const name of names) first.set(name, await next(name));
+        for (const [name, turn] of first) expect(turn.processed, name).toBeGreaterThan(history(name).length / 2);
+        // Sessions are placed by the fewest open requests when they start: the three land on both.
+        expect(new Set([...first.values()].map((t) => t.replica))).toEqual(new Set(REPLICAS));
+        for (let round = 0; round < 2; round++) {
+          for (const name of names) {
+            const before = last.get(name)!;
+            const turn = await next(name);
+            expect(turn.replica, name).toBe(first.get(name)!.replica);
+            onlyNew(turn, before, name);
+          }
+        }
+      }, 300_000);
+
+      it("a replica stopped parks its sessions on the store; the other restores them, each going on with only its new tokens, and keeps them once it is back", async () => {
+        const stopped = last.get(names[0]!)!.replica;
+        const other = REPLICAS.find((name) => name !== stopped)!;
+        const moved = names.filter((name) => last.get(name)!.replica === stopped);
+        const stayed = names.filter((name) => !moved.includes(name));
+        expect(await parked(other)).toEqual([]);
+        // SIGTERM: it drains, and its runner parks the sessions in its slots into the shared volume.
+        await compose(["stop", stopped]);
+        try {
+          expect(await parked(other), "the stopped replica's sessions, parked").toHaveLength(moved.length);
+          for (const name of names) {
+            const before = last.get(name)!;
+            const turn = await next(name);
+            console.log(`${name} (${moved.includes(name) ? `moved from ${stopped}` : "stayed"}): ${turn.processed} tokens processed, ${turn.cached} from its slot, at ${turn.replica}`);
+            expect(turn.replica, name).toBe(other);
+            onlyNew(turn, before, `${name} after ${stopped} stopped (${moved.includes(name) ? "restored from its parked file" : "in its slot"})`);
+          }
+          expect(await parked(other), "restored, and removed").toEqual([]);
+        } finally {
+          // Back (the next test kills a running replica): new requests reach it again.
+          await podman.run(["start", container(stopped)]);
+        }
+        // The sessions that moved stay where their conversations now are.
+        await untilServedBy([stopped], "the stopped replica serving again");
+        for (const name of [...moved, ...stayed]) {
+          const before = last.get(name)!;
+          const turn = await next(name);
+          expect(turn.replica, name).toBe(other);
+          onlyNew(turn, before, `${name} once ${stopped} was back`);
+        }
+      }, 300_000);
+    });
+
     it("keeps serving from the other replica when one is killed, and takes the killed one back once it restarts", async () => {
+      await untilServedBy(REPLICAS, "both replicas serving before one is killed");
       const { stdout } = await podman.run(["inspect", "--format", "{{.State.Pid}}", container(REPLICAS[0]!)]);
-      process.kill(Number(stdout.trim()), "SIGKILL");
+      // A container not running has pid 0, and a kill of pid 0 would end this test's own process group.
+      const pid = Number(stdout.trim());
+      expect(pid).toBeGreaterThan(0);
+      process.kill(pid, "SIGKILL");
       const answers = [];
       for (let i = 0; i < 10; i++) answers.push(await chat());
       expect(answers.map((a) => a.status)).toEqual(Array(10).fill(200));

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { loadConfig } from "../../src/config.ts";
+import { SESSION_HEADERS } from "../../src/inference/session.ts";
 import { HEALTH_PATHS } from "../../src/pod/health.ts";
 import { projectRoot } from "../support/server-process.ts";
 
@@ -36,6 +37,14 @@ describe("the compose file", () => {
     expect(HEALTH_PATHS).toContain(path);
     const env = { ...replicas[0]![1].environment, API_KEYS: "k" };
     expect(loadConfig(env, []).security.openPaths).toContain(path);
+  });
+
+  it("keeps an agent session on one replica by the headers llamadock reads sessions from, others by the fewest open requests", () => {
+    expect(/^\s*balance (\S+)/m.exec(gateway)![1]).toBe("leastconn");
+    const sticky = [...gateway.matchAll(/^\s*stick on req\.hdr\(([^)]+)\)/gm)].map((m) => m[1]);
+    expect(sticky).toEqual(SESSION_HEADERS);
+    // As long as the names llamadock keeps (longer ones are cut the same way by both).
+    expect(Number(/stick-table type string len (\d+)/.exec(gateway)![1])).toBeGreaterThanOrEqual(200);
   });
 
   it("with the GPU file, gives the default service a GPU and each replica its own", () => {

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse } from "yaml";
 import { buildServices, type Service } from "../../src/app.ts";
 import { loadConfig } from "../../src/config.ts";
 import { guard } from "../../src/http/guard.ts";
@@ -122,6 +123,22 @@ describe.skipIf(!kubectl && !inCi)("kubernetes manifests", () => {
       for (const rule of route.spec.rules) for (const ref of rule.backendRefs) expect(named(objects, ref.kind, ref.name), ref.name).toBeDefined();
     }
     for (const scaled of ofKind(objects, "ScaledObject")) expect(named(objects, scaled.spec.scaleTargetRef.kind, scaled.spec.scaleTargetRef.name)).toBeDefined();
+  });
+
+  it("the endpoint picker scores an agent session's replica, by the session its headers name, beside the load and the prefix", () => {
+    type Plugin = { type: string; name?: string; parameters?: { strategy?: string; sessionIdConfig?: { sources: { attribute?: string }[] } } };
+    type Config = { plugins: Plugin[]; schedulingProfiles: { name: string; plugins: { pluginRef: string; weight?: number }[] }[] };
+    const config = parse(named(rendered.get("overlays/gpu-pool-example")!, "ConfigMap", "llamadock-epp")!.data["plugins.yaml"] as string) as Config;
+    const declared = new Set(config.plugins.map((p) => p.name ?? p.type));
+    for (const profile of config.schedulingProfiles) for (const { pluginRef } of profile.plugins) expect(declared, pluginRef).toContain(pluginRef);
+    const scorer = config.plugins.find((p) => p.type === "session-affinity-scorer")!;
+    expect(scorer.parameters?.strategy).toBe("session_id");
+    // The session as the agent-identity plugin reads it from the agents' headers.
+    expect(scorer.parameters?.sessionIdConfig?.sources).toEqual([{ attribute: "agent-identity" }]);
+    expect(declared).toContain("agent-identity");
+    const weights = new Map(config.schedulingProfiles.find((p) => p.name === "default")!.plugins.map((p) => [p.pluginRef, p.weight]));
+    expect(weights.get("session-affinity-scorer")).toBeGreaterThan(0);
+    expect(weights.get("prefix-cache-scorer")).toBeGreaterThan(0);
   });
 
   describe("asked of the app, in process, with the rendered settings", () => {

@@ -88,7 +88,7 @@ describe("slot folder", () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
-  it("lists the parked entries of a key, found again by a folder made afresh (a restart), and no other key's or slot's", async () => {
+  it("finds a parked entry of a key by its name, from a folder made afresh (a restart, another process), and no other key's or slot's", async () => {
     const first = createSlotFolder(dir, 1 << 20);
     const park = async (k: CacheKey, entry: `p${string}`) => {
       const file = first.saving(k, entry);
@@ -103,9 +103,16 @@ describe("slot folder", () => {
     // A save still being written (no metadata yet) is not an entry.
     await writeFile(join(dir, `${keyHash(key("a"))}-p05.bin`), new Uint8Array(100));
     const again = createSlotFolder(dir, 1 << 20);
-    expect([...(await again.parked(key("a")))].sort()).toEqual(["p01", "p02"]);
-    expect([...(await again.parked({ ...key("a"), engine: "w" }))]).toEqual([]);
+    const found = (k: CacheKey) => ["p01", "p02", "p03", "p04", "p05"].filter((entry) => again.isParked(k, entry as `p${string}`));
+    expect(found(key("a"))).toEqual(["p01", "p02"]);
+    expect(found({ ...key("a"), engine: "w" })).toEqual([]);
     expect(await again.checkout(key("a"), "p01")).toBe(`${keyHash(key("a"))}-p01.bin`);
+    // Parked after this folder was made (by the first, as another process would): found as well.
+    await park(key("b"), "p06");
+    expect(again.isParked(key("b"), "p06")).toBe(true);
+    // Restored and removed: no longer found.
+    await again.discard(key("a"), "p01");
+    expect(found(key("a"))).toEqual(["p02"]);
   });
 
   it("removes saves left unfinished long ago, not one being written", async () => {
