@@ -1,0 +1,63 @@
+// Each slot cut back after a question, so that its next question's step processes a tile of tokens.
+//
+// A slot that holds the input processes only a question's own tokens: 30 to 60 of them, a batch
+// that llama.cpp takes worst on a CPU. Its flash attention there (on by default) takes a batch's
+// query tokens in tiles of 64 (ggml-cpu, GGML_FA_TILE_Q), and a batch of fewer one token at a time
+// against every cached token. Measured on the tiny chat model (2 threads) over 1.7k cached tokens:
+// 63 new tokens took 79 ms, 64 took 3 ms, and the whole 1.7k-token prompt processed anew 71 ms; at
+// 4k cached, 63 took 347 ms and 64 took 19 ms. So, after each question, its slot is cut back to the
+// start all the questions share (the templated input) less the tokens the shortest question lacks
+// to make a tile: one more call per question (a completion of no token, whose prompt the slot holds
+// but for its last token), a few tokens more in each step, and a step twenty times cheaper.
+//
+// On runners on a GPU the steps are left as they were: the cut would cost a call and tokens there,
+// and what CUDA's attention makes of a small batch was not measured.
+
+/** llama.cpp's CPU flash attention takes a batch of this many query tokens or more in tiles. */
+export const TILE_TOKENS = 64;
+/**
+ * Tokens cut besides: the last tokens of the shared start, which a tokenizer may merge with a
+ * question's first, and room for a question shorter than the shortest seen (the next one is not
+ * known yet).
+ */
+const SLACK_TOKENS = 8;
+/**
+ * Questions this long (in tokens past the shared start) are not cut for: their steps make a tile
+ * as they are, unless the questions share most of their text.
+ */
+const LONG_QUESTION_TOKENS = 2 * TILE_TOKENS;
+
+export type Tiles = {
+  /** The tokens of the start all prompts share (the seeding's measure of the input). */
+  start: number[];
+  /**
+   * Where to cut the slot of a question whose first step sent `prompt`, the slot last cut to
+   * `kept` tokens (none: not cut yet); undefined when its next step makes a tile as it is.
+   */
+  cutAfter(prompt: { tokens: number; cached: number } | undefined, kept: number | undefined): number[] | undefined;
+};
+
+/**
+ * A request's cuts, `start` being its questions' shared start in tokens. A cut keeps `start` less
+ * what the shortest question seen lacks to make a tile (and the slack): a slot cut there holds a
+ * start of every question's prompt, so its next step processes the rest of that prompt, the part
+ * of the question shared with the others included (a step without a cut processes only what
+ * differs from the slot's last question). None once a step after a cut found not even half of
+ * what the cut kept: that runner reuses nothing of its slots here (the key's prompts are not its
+ * alone, see src/slot-cache/per-key.ts), and a cut would be a whole prompt more.
+ */
+export function tiles(start: number[]): Tiles {
+  let shortest = Infinity;
+  let reused = true;
+  return {
+    start,
+    cutAfter(prompt, kept) {
+      if (kept !== undefined && prompt && prompt.cached < kept / 2) reused = false;
+      if (!reused || !prompt || prompt.tokens <= start.length) return undefined;
+      shortest = Math.min(shortest, prompt.tokens - start.length);
+      if (shortest >= LONG_QUESTION_TOKENS) return undefined;
+      const keep = start.length - Math.max(SLACK_TOKENS, TILE_TOKENS + SLACK_TOKENS - shortest);
+      return keep > 0 ? start.slice(0, keep) : undefined;
+    },
+  };
+}
