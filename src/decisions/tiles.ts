@@ -1,14 +1,17 @@
 // Each slot cut back after a question, so that its next question's step processes a tile of tokens.
 //
-// A slot that holds the input processes only a question's own tokens: 30 to 60 of them, a batch
-// that llama.cpp takes worst on a CPU. Its flash attention there (on by default) takes a batch's
-// query tokens in tiles of 64 (ggml-cpu, GGML_FA_TILE_Q), and a batch of fewer one token at a time
-// against every cached token. Measured on the tiny chat model (2 threads) over 1.7k cached tokens:
-// 63 new tokens took 79 ms, 64 took 3 ms, and the whole 1.7k-token prompt processed anew 71 ms; at
-// 4k cached, 63 took 347 ms and 64 took 19 ms. So, after each question, its slot is cut back to the
-// start all the questions share (the templated input) less the tokens the shortest question lacks
-// to make a tile: one more call per question (a completion of no token, whose prompt the slot holds
-// but for its last token), a few tokens more in each step, and a step twenty times cheaper.
+// A slot that holds the input processes only what sets a question apart from the slot's last one:
+// 30 to 60 tokens, a batch that llama.cpp takes worst on a CPU. Its flash attention there (on by
+// default) takes a batch's query tokens in tiles of 64 (ggml-cpu, GGML_FA_TILE_Q), and a batch of
+// fewer one token at a time against every cached token. On the tiny chat model (one thread), over
+// 2.3k cached tokens 63 new tokens took 127 ms and 64 took 6 ms, where the whole 2.3k-token prompt
+// processed anew took 89 ms; over 4k, 427 ms against 12 ms. So, after each question, its slot is
+// cut back to the start all the questions share (the templated input) less what the shortest
+// question lacks to make a tile: one more call per question (a completion of no token, whose
+// prompt the slot holds but for its last token, which is processed again), a few more tokens in
+// each step, and steps many times cheaper. (With several slots at once, llama.cpp splits a batch
+// into equal shares per slot: a step beside another slot's cut is processed as one token, then
+// the rest, still a tile.)
 //
 // On runners on a GPU the steps are left as they were: the cut would cost a call and tokens there,
 // and what CUDA's attention makes of a small batch was not measured.
