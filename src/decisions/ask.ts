@@ -67,8 +67,10 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
         return { engine };
       }
     }
-    const slots = deps.scheduler.runners().find((r) => r.modelId === model.id && r.mode === "completion" && r.state === "ready")?.slots ?? 1;
-    const { answers, usage, slots: used } = await askAll({ model: named, request, timeoutMs: deps.bounds.timeoutMs, slots, acquire, key }, first, ask);
+    const runner = deps.scheduler.runners().find((r) => r.modelId === model.id && r.mode === "completion" && r.state === "ready");
+    // Slots cut back after each question (tiles.ts) but on a runner the scheduler put on a GPU.
+    const run = { model: named, request, timeoutMs: deps.bounds.timeoutMs, slots: runner?.slots ?? 1, acquire, key, tiled: runner?.memory?.where !== "gpu" };
+    const { answers, usage, slots: used } = await askAll(run, first, ask);
     // The ledger and the latency figures read llama-server's `timings` of an answer: those of all the questions.
     timer.end(true, JSON.stringify({ timings: { cache_n: usage.cached, prompt_n: usage.input - usage.cached, predicted_n: usage.output } }));
     // Answered under the name the client gave (as it names the model in its request), counted under the model's own.

@@ -38,8 +38,12 @@ const ANSWER_LIMIT = 64 << 20;
 
 export type Timings = { prompt_n: number; cache_n: number; predicted_n: number };
 
-/** A question's answer, the runner's slot that computed it and the tokens it took (none for a refusal made here). */
-export type Asked = { answer: Answer; slot?: number; timings?: Timings };
+/**
+ * A question's answer, the runner's slot that computed it and the tokens it took (none for a
+ * refusal made here); `prompt`: its first step's prompt, its length in tokens and those of them
+ * found in the slot.
+ */
+export type Asked = { answer: Answer; slot?: number; timings?: Timings; prompt?: { tokens: number; cached: number } };
 
 export type RunnerCalls = {
   post(path: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }>;
@@ -118,6 +122,9 @@ type Probability = { id: number; prob?: number; logprob?: number };
 /** A question's prompt: the model's chat template applied to the input and the question. */
 export type Prompter = (question: Question) => Promise<string>;
 
+/** The questions' prompts, and the text every one of them starts with when the template is applied once (see `prompter`). */
+export type Prompts = { prompt: Prompter; start?: string };
+
 /** Where the question's text stands in a prompt templated once for all questions. */
 const QUESTION_MARK = "\uE000";
 
@@ -128,7 +135,7 @@ const QUESTION_MARK = "\uE000";
  * the template's own for it (a template that changes what it is given): then the template is
  * applied to each question.
  */
-export async function prompter(runner: RunnerCalls, input: InputMessage[], first: Question): Promise<Prompter> {
+export async function prompter(runner: RunnerCalls, input: InputMessage[], first: Question): Promise<Prompts> {
   const template = async (messages: InputMessage[]) => {
     const answer = await runner.post("/apply-template", { messages });
     if (answer.status !== 200) throw templateRefused(answer.json);
@@ -137,9 +144,16 @@ export async function prompter(runner: RunnerCalls, input: InputMessage[], first
   const each: Prompter = (question) => template(questionMessages(input, question));
   const [marked, exact] = await Promise.all([template(messagesAround(input, QUESTION_MARK)), each(first)]);
   const [before, after, ...more] = marked.split(QUESTION_MARK);
-  if (after === undefined || more.length > 0) return each;
+  if (after === undefined || more.length > 0) return { prompt: each };
   const placed = (question: Question) => `${before}${questionText(question)}${after}`;
-  return placed(first) === exact ? async (question) => placed(question) : each;
+  return placed(first) === exact ? { prompt: async (question) => placed(question), start: before } : { prompt: each };
+}
+
+/** `text`'s tokens as llama-server reads a prompt (its BOS first, where the model wants one). */
+export async function promptTokens(runner: RunnerCalls, text: string): Promise<number[]> {
+  const answer = await runner.post("/tokenize", { content: text, add_special: true });
+  if (answer.status !== 200) throw upstream(answer.json, answer.status);
+  return (answer.json.tokens as number[] | undefined) ?? [];
 }
 
 /** A step's answer that the prompt does not fit the slot's context (llama-server's error). */
@@ -162,6 +176,7 @@ export async function askOne(runner: RunnerCalls, ask: Ask, question: Question, 
   const text = await prompt(question);
   const media = [...(ask.media ?? []), ...(question.media ?? [])];
   const timings: Timings = { prompt_n: 0, cache_n: 0, predicted_n: 0 };
+  let sent: Asked["prompt"];
   let asked = slot;
   const step: Step = async (prefix, ids, rest) => {
     const completion = await runner.post("/completion", {
@@ -185,6 +200,7 @@ export async function askOne(runner: RunnerCalls, ask: Ask, question: Question, 
     timings.prompt_n += given.prompt_n ?? 0;
     timings.cache_n += given.cache_n ?? 0;
     timings.predicted_n += given.predicted_n ?? 0;
+    sent ??= { tokens: (given.prompt_n ?? 0) + (given.cache_n ?? 0), cached: given.cache_n ?? 0 };
     asked ??= completion.json.id_slot as number;
     const [first] = (completion.json.completion_probabilities ?? []) as { top_probs?: Probability[] }[];
     const probability = new Map((first?.top_probs ?? []).map((p) => [p.id, p.prob ?? Math.exp(p.logprob ?? -Infinity)]));
@@ -192,7 +208,7 @@ export async function askOne(runner: RunnerCalls, ask: Ask, question: Question, 
   };
   try {
     const answer = await chainedProbabilities(labelTree(tags, forms), tags.length, step);
-    return { answer, slot: asked, timings };
+    return { answer, slot: asked, timings, ...(sent ? { prompt: sent } : {}) };
   } catch (error) {
     if (!(error instanceof ContextExceeded)) throw error;
     return { answer: await contextRefusal(runner, ask.input, error.json) };
@@ -215,6 +231,15 @@ const UNLIKE_ANY_PROMPT = "~~ ~~ ~~";
 /** Puts a few tokens unlike any question's in slot `slot` (what else it held goes to the host prompt cache). */
 export async function clearSlot(runner: RunnerCalls, slot: number): Promise<void> {
   await runner.post("/completion", { prompt: UNLIKE_ANY_PROMPT, n_predict: 0, cache_prompt: true, id_slot: slot });
+}
+
+/**
+ * Cuts slot `slot` back to `tokens`, a start of what it holds: a completion of no token, whose
+ * prompt llama-server finds in the slot but for its last token, and drops the rest (see tiles.ts).
+ * Its answer is not read: a cut that failed leaves the slot as it was, its next step is only slower.
+ */
+export async function cutSlot(runner: RunnerCalls, slot: number, tokens: number[]): Promise<void> {
+  await runner.post("/completion", { prompt: tokens, n_predict: 0, cache_prompt: true, id_slot: slot });
 }
 
 const isContextExceeded = (json: Record<string, unknown>) => (json.error as { type?: string } | undefined)?.type === "exceed_context_size_error";

@@ -3,7 +3,8 @@ import { requestTimedOut } from "../inference/bounds.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import { hasMedia, type Answer, type Ask } from "./core.ts";
 import { runnerMark, withRunnerMarks } from "./media.ts";
-import { askOne, clearSlot, labelForms, prompter, runnerCalls, templatedInputTokens, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
+import { askOne, clearSlot, cutSlot, labelForms, prompter, promptTokens, runnerCalls, templatedInputTokens, type Asked, type Prompter, type RunnerCalls } from "./question.ts";
+import { TILE_TOKENS, tiles, type Tiles } from "./tiles.ts";
 
 // A request's questions over the runner's slots, the input processed once.
 //
@@ -16,7 +17,9 @@ import { askOne, clearSlot, labelForms, prompter, runnerCalls, templatedInputTok
 // what it holds shares under half with that task (an empty slot never loads: its share is 0/0), so
 // the slot is first given a few unrelated tokens (`clearSlot`). An entry is consumed by the slot
 // that loads it, and saved again at the next task's start while the first slot is idle: hence one
-// slot at a time. Then every slot that holds the input takes questions until none is left.
+// slot at a time. Then every slot that holds the input takes questions until none is left. On a
+// CPU, each slot is cut back a little after each question, so that the next one's step is not
+// llama.cpp's slowest (tiles.ts).
 //
 // A slot whose first question processed the input again (no host cache, another model's
 // prompts pushed it out) is the last to join, unless the input is short: more slots would each
@@ -42,9 +45,12 @@ export type SlotRun = {
   acquire(signal: AbortSignal): Promise<Lease>;
   /** The caller's key, for runners that keep prompt caches per key. */
   key: string | undefined;
+  /** Whether to cut each slot back after a question (tiles.ts): runners on the CPU. */
+  tiled: boolean;
 };
 
-type Worker = { runner: RunnerCalls; slot?: number; ready: Promise<void>; release(): void };
+/** A slot's lease and calls; `kept`: the tokens its last cut left in it (tiles.ts). */
+type Worker = { runner: RunnerCalls; slot?: number; kept?: number; ready: Promise<void>; release(): void };
 
 /** The answers in question order, the tokens they took, and how many of the runner's slots asked them. */
 export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ answers: Answer[]; usage: Usage; slots: number }> {
@@ -57,7 +63,7 @@ export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ an
     const lead = worker(run, first, stop.signal);
     workers.push(lead);
     await lead.ready;
-    const queue = await questionQueue(lead.runner, ask);
+    const queue = await questionQueue(lead.runner, ask, run.tiled);
     lead.slot = (await queue.askNext(lead))?.slot;
     await seed(run, ask, { lead, extra, queue, workers, stop: stop.signal });
     extra.close();
@@ -75,16 +81,23 @@ export async function askAll(run: SlotRun, first: Lease, ask: Ask): Promise<{ an
 
 type Queue = Awaited<ReturnType<typeof questionQueue>>;
 
-/** The request's questions, handed out in order to whichever slot asks next; their answers and tokens. */
-async function questionQueue(runner: RunnerCalls, ask: Ask) {
+/**
+ * The request's questions, handed out in order to whichever slot asks next; their answers and
+ * tokens. `tiled`: each slot cut back after a question where that helps (tiles.ts); not with images,
+ * whose prompts are no tokens alone, nor with a template applied to each question, whose prompts
+ * share no start known here.
+ */
+async function questionQueue(runner: RunnerCalls, ask: Ask, tiled: boolean) {
   const [forms, templated, mark] = await Promise.all([labelForms(runner, ask.questions), prompter(runner, ask.input, ask.questions[0]!), hasMedia(ask) ? runnerMark(runner) : undefined]);
-  const prompt: Prompter = mark === undefined ? templated : async (question) => withRunnerMarks(await templated(question), mark);
+  const prompt: Prompter = mark === undefined ? templated.prompt : async (question) => withRunnerMarks(await templated.prompt(question), mark);
+  const cuts: Tiles | undefined = tiled && mark === undefined && templated.start !== undefined ? tiles(await promptTokens(runner, templated.start)) : undefined;
   const answers: Answer[] = [];
   const usage: Usage = { input: 0, cached: 0, output: 0 };
   let next = 0;
   return {
     answers,
     usage,
+    cuts,
     done: () => next >= ask.questions.length,
     /** Asks the next question in `worker`'s slot; undefined when none is left. */
     async askNext(worker: Worker): Promise<Asked | undefined> {
@@ -97,6 +110,10 @@ async function questionQueue(runner: RunnerCalls, ask: Ask) {
         usage.cached += asked.timings.cache_n;
         usage.output += asked.timings.predicted_n;
       }
+      const cut = next < ask.questions.length && asked.slot !== undefined ? cuts?.cutAfter(asked.prompt, worker.kept) : undefined;
+      // Its own work, not the question's: not counted.
+      if (cut) await cutSlot(worker.runner, asked.slot!, cut);
+      worker.kept = cut?.length;
       return asked;
     },
   };
@@ -115,7 +132,7 @@ type Seeding = { lead: Worker; extra: ReturnType<typeof leasePool>; queue: Queue
  */
 async function seed(run: SlotRun, ask: Ask, { lead, extra, queue, workers, stop }: Seeding): Promise<void> {
   if (lead.slot === undefined || queue.done() || !extra.waiting()) return;
-  const inputTokens = await templatedInputTokens(lead.runner, ask.input);
+  const inputTokens = queue.cuts?.start.length ?? (await templatedInputTokens(lead.runner, ask.input));
   for (let slot = 0; slot < run.slots; slot++) {
     if (slot === lead.slot) continue;
     const lease = queue.done() ? undefined : extra.take();
@@ -125,7 +142,8 @@ async function seed(run: SlotRun, ask: Ask, { lead, extra, queue, workers, stop 
     await seeded.ready;
     await clearSlot(seeded.runner, slot);
     const asked = await queue.askNext(seeded);
-    const fromCache = (asked?.timings?.cache_n ?? 0) + SEAM_TOKENS >= inputTokens;
+    // From the cache: the input but its end (what a cut left, the seam) was found there.
+    const fromCache = (asked?.timings?.cache_n ?? 0) + SEAM_TOKENS + TILE_TOKENS >= inputTokens;
     if (!fromCache && inputTokens > SHORT_INPUT_TOKENS) return;
   }
 }

@@ -124,8 +124,9 @@ describe("OpenAI's decisions through the official client", () => {
     expect(response.headers.get("x-llamadock-decision-slots")).toBe("4");
     const processed = many.usage.input_tokens - many.usage.input_tokens_details.cached_tokens;
     // ...and processed the input once (about inputTokens) and each further question's own words
-    // (under 80 tokens each; 54 on a run), where twelve inputs would be twelve times inputTokens.
-    expect(processed).toBeLessThan(inputTokens + 11 * 80);
+    // with the input's last few tokens, which make its step a tile (see "steps in tiles" below;
+    // under 100 tokens each, 84 on a run), where twelve inputs would be twelve times inputTokens.
+    expect(processed).toBeLessThan(inputTokens + 11 * 100);
     expect(many.usage.input_tokens_details.cached_tokens).toBeGreaterThan(11 * (inputTokens - 80));
     expect(many.answers).toHaveLength(12);
   });
@@ -141,12 +142,39 @@ describe("many questions", () => {
     expect(data.answers.map((a) => a.name)).toEqual(questions.map((q) => q.name));
     expect(data.answers.every((a) => a.type === "predicate")).toBe(true);
     expect(data.usage.output_tokens).toBe(400);
-    // Every question but the first read the input from a cache; each processed its own words
-    // (about 60 tokens here) and the input was processed once: 400 inputs would be 400 times more.
+    // Every question but the first read the input from a cache; each processed its own words and
+    // the input's last few tokens (about 80 here) and the input was processed once: 400 inputs
+    // would be 400 times more.
     const processed = data.usage.input_tokens - data.usage.input_tokens_details.cached_tokens;
     expect(data.usage.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(399 * inputTokens);
-    expect(processed).toBeLessThan(400 * 80 + 2 * inputTokens);
+    expect(processed).toBeLessThan(400 * 100 + 2 * inputTokens);
   }, 300_000);
+});
+
+describe("steps in tiles", () => {
+  /** How many tasks llama-server has logged (every runner of the stack) whose prompt it processed `atLeast` tokens of. */
+  const logged = async (atLeast: number) => [...(await stack.runnerLogs()).matchAll(/prompt eval time = +[\d.]+ ms \/ +(\d+) tokens/g)].filter((m) => Number(m[1]) >= atLeast).length;
+
+  it("each question over the cached input processes at least 64 tokens, a tile of llama.cpp's CPU attention, and not the input again", async () => {
+    // A question's step over a cached input processed only what set it apart from its slot's last
+    // question: about 60 tokens for these. llama.cpp's flash attention on a CPU takes fewer than 64
+    // query tokens a row at a time against every cached token (src/decisions/tiles.ts): 60 such
+    // steps over 2.3k tokens took longer than 60 requests each processing its whole prompt. Counted
+    // in tokens, as llama-server logs each task's, which the machine's load does not change.
+    const input = `Notes ${crypto.randomUUID()}: ${"The checkout failed with errors since nine, then recovered. ".repeat(12)}`;
+    const inputTokens = (await ask(tcp(), "POST", "/tokenize", { model: MODEL, content: input })).json().tokens.length as number;
+    const questions = Array.from({ length: 40 }, (_, i) => ({ type: "predicate" as const, instructions: `${i}.` }));
+    const before = await logged(64);
+    const decision = await client("/v1").decisions.create({ model: MODEL, input, questions });
+    expect(decision.answers).toHaveLength(40);
+    // One step a question (labels of one token), each a tile at least: the first processed the input.
+    // (llama-server writes a task's line a little after its answer.)
+    await until(async () => (await logged(64)) - before >= 40, "a tile for each question").catch(() => undefined);
+    expect((await logged(64)) - before).toBe(40);
+    // Beyond the input, each processed its own words and a few tokens of the input's end, never the input again.
+    const beyond = decision.usage.input_tokens - decision.usage.input_tokens_details.cached_tokens - inputTokens;
+    expect(beyond).toBeLessThan(40 * 2 * 64);
+  });
 });
 
 describe("more options than letters or digits", () => {
