@@ -1,5 +1,5 @@
 import { cpuMicros, threadMicros, threadSplit } from "./cpu.ts";
-import { readdir } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { buildLlamaServerArgs } from "../sidecar/args.ts";
 import { launchEnv } from "../sidecar/binary.ts";
@@ -7,67 +7,76 @@ import { resolveLlamaServerBinary } from "../sidecar/index.ts";
 import { createModelStore } from "../src/models/index.ts";
 import { detectRuntime } from "../src/runtime/index.ts";
 import { removeSocket } from "../src/runtime/socket-file.ts";
-import { startStack } from "../test/inference/harness.ts";
+import { startStack, type Stack } from "../test/inference/harness.ts";
 import { until } from "../test/support/until.ts";
-import { startServer } from "../test/support/server-process.ts";
+import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../test/support/server-process.ts";
 
 // What our endpoint costs on top of llama-server, the tiny model pulled from a real registry, the
-// server under Bun, the same client (Bun's fetch over a Unix socket) for every side:
-// 1. overhead: `max_tokens: 1` completions, 16 at a time, straight to the runner's socket, through a
-//    bare Bun proxy and through our socket (rounds alternate, so drift hits all alike); then the
-//    same with embeddings, 64 at a time. Target: ours at least 0.95 of the bare proxy;
-// 2. streaming: 256-token streams, each chunk's lag behind the moment llama-server produced it,
-//    through us vs direct;
-// 3. cold start: request to first token for an unloaded model vs spawning llama-server by hand,
-//    polling /health every 5 ms and sending the same request.
+// same client (Bun's fetch over a Unix socket) for every side:
+// 1. overhead, on each runtime (BENCH_RUNTIMES): our server under it beside the bare Bun proxy
+//    (bench/runtimes/floor.ts under Bun: the one floor every runtime is judged against) and that
+//    runtime's own bare proxy (its floor, shown beside), all in front of the same llama-server,
+//    and beside llama-server itself (direct); short completions 16 at a time, whole (`max_tokens:
+//    1`) and streamed (the same with `stream: true`), rounds alternating the sides (and their
+//    order), so drift hits all alike. Each server's CPU per request is the steady figure on a
+//    shared machine (requests per second move with whatever else runs). Targets: ours at least
+//    0.95 of the bare Bun proxy's requests per second on Bun with p50 at most 1 ms over it, 0.85
+//    on Node and Deno;
+// 2. embeddings (Bun), 64 at a time: the same against the bare Bun proxy;
+// 3. streaming (Bun): 256-token streams, each chunk's lag behind the moment llama-server produced
+//    it, through us vs direct;
+// 4. cold start (Bun): request to first token for an unloaded model vs spawning llama-server by
+//    hand, polling /health every 5 ms and sending the same request.
 //
-//   npm run bench:inference     (BENCH_ROUNDS, BENCH_REQUESTS, BENCH_WARM, BENCH_CONCURRENCY tune it;
-//                                BENCH_PROFILE=<dir> writes CPU profiles; BENCH_PARTS
-//                                picks among overhead,embeddings,streaming,cold; the summary of ratios
-//                                comes last)
+//   npm run bench:inference     (BENCH_RUNTIMES (bun,node,deno), BENCH_LOADS (whole,streamed),
+//                                BENCH_ROUNDS, BENCH_REQUESTS, BENCH_WARM, BENCH_CONCURRENCY tune it;
+//                                BENCH_ENTRY=<file> serves ours from another entry (another
+//                                checkout's src/index.ts); BENCH_PROFILE=<dir> writes CPU profiles
+//                                of Bun's sides; BENCH_PARTS picks among overhead,embeddings,
+//                                streaming,cold; the summary of ratios comes last)
 
-/** One line per part, printed together at the end. */
+/** One line per part and runtime, printed together at the end. */
 const summary: string[] = [];
 
+const runtimes = (process.env.BENCH_RUNTIMES ?? "bun,node,deno").split(",") as RuntimeName[];
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 // 3000 a round (about a second per side): with 1000 the five rounds measured under two seconds
 // per side, and the ratio of one run moved by several hundredths (0.946-1.024 over fifteen runs).
 const requestsPerRound = Number(process.env.BENCH_REQUESTS ?? 3000);
 /**
- * Requests each side serves at least before the measured rounds; then more, in bursts, until the
- * JIT compiler's threads stayed quiet (under 1 µs per request) for WARM_QUIET bursts in a row, at
- * most WARM_MAX requests. Ours runs far more JavaScript than the bare proxy: its hot functions
- * reached JSC's top tier only after 10000 to 20000 requests, in bursts (one quiet burst of 2000
- * was followed by more compiling), and until then the compiler cost 10 to 26 µs per request,
- * counted against us although a long-running server pays it once.
+ * Requests each side serves at least before the measured rounds. Under Bun, then more, in bursts,
+ * until the JIT compiler's threads stayed quiet (under 1 µs per request) for WARM_QUIET bursts in
+ * a row, at most WARM_MAX requests. Ours runs far more JavaScript than the bare proxy: its hot
+ * functions reached JSC's top tier only after 10000 to 20000 requests, in bursts (one quiet burst
+ * of 2000 was followed by more compiling), and until then the compiler cost 10 to 26 µs per
+ * request, counted against us although a long-running server pays it once. V8 (Node, Deno)
+ * compiles on threads that share a name with its others (the collector's): those sides get
+ * V8_WARM requests.
  */
 const warmUp = Number(process.env.BENCH_WARM ?? 2000);
 const WARM_BURST = 2000;
 const WARM_QUIET = 3;
 const WARM_MAX = 60_000;
+const V8_WARM = Number(process.env.BENCH_V8_WARM ?? 10_000);
 /** A folder to write CPU profiles (Bun's --cpu-prof) of our server and the bare proxy into. */
 const profileDir = process.env.BENCH_PROFILE;
 const profiled = (name: string): Record<string, string> =>
   profileDir ? { BUN_OPTIONS: `--cpu-prof --cpu-prof-interval=100 --cpu-prof-dir=${join(profileDir, name)}` } : {};
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
-
-const stack = await startStack({
-  models: ["ai/tiny"],
-  embedders: ["ai/embedder"],
-  env: { ...profiled("ours"), INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
-});
 const P = "/exp/vDD4.40";
 
 // The runtime's own Unix-socket fetch (Bun's, as the bench runs under Bun), the same for every side.
-const runtime = await detectRuntime();
+const client = await detectRuntime();
 const fetchers = new Map<string, typeof fetch>();
-function post(socketPath: string, path: string, body: object): Promise<Response> {
+/** `fresh`: on a connection of its own (llama-server closes one after a stream, which a pooled one would meet on its next call). */
+function post(socketPath: string, path: string, body: object, fresh = false): Promise<Response> {
   let fetchVia = fetchers.get(socketPath);
-  if (!fetchVia) fetchers.set(socketPath, (fetchVia = runtime.unixFetch(socketPath)));
+  if (!fetchVia) fetchers.set(socketPath, (fetchVia = client.unixFetch(socketPath)));
   return fetchVia(`http://localhost${path}`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
+    ...(fresh ? { keepalive: false } : {}),
   });
 }
 
@@ -77,34 +86,59 @@ const median = (values: number[]) => {
   return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 };
 const ms = (value: number) => `${value.toFixed(2)} ms`;
+const load1 = async () => (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
 
-/** `pid`: the proxy's process, whose CPU time per request is printed (steadier than req/s here). */
-type Side = { name: string; socket: string; path: string; pid?: number };
+/**
+ * `pid`: the server's process, whose CPU time per request is printed; `bun`: whether it runs
+ * under Bun (its warm-up waits for JSC's compiler to be quiet); none for llama-server direct.
+ */
+type Side = { name: string; socket: string; path: string; pid?: number; bun?: boolean };
 type Totals = { requests: number; seconds: number; latencies: number[]; cpuMicros: number; threads: string };
 
-
-async function runnerSocket(mode = "completion"): Promise<string> {
+async function runnerSocket(stack: Stack, mode = "completion"): Promise<string> {
   const files = await readdir(join(stack.dir, "run"));
   const socket = files.find((f) => f.includes(`-${mode}-`) && f.endsWith(".sock"));
   if (!socket) throw new Error(`no ${mode} runner loaded`);
   return join(stack.dir, "run", socket);
 }
 
+/** A bare proxy (bench/runtimes/floor.ts) on `runtime`, from `socket` to the `runner` socket. */
+const startFloor = (runtime: RuntimeName, runner: string, socket: string, profile: string) =>
+  startServer({
+    runtime,
+    entry: "bench/runtimes/floor.ts",
+    ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write"]) } : {}),
+    env: { ...(runtime === "bun" ? profiled(profile) : {}), FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: socket },
+  });
+
 // --- 1. overhead ---------------------------------------------------------------------------------
 type Load = { label: string; body: object; concurrency: number };
-const COMPLETIONS: Load = { label: "max_tokens 1", body: { model: "ai/tiny", prompt: "hi", max_tokens: 1 }, concurrency: CONCURRENCY };
+const LOADS: Record<string, Load> = {
+  whole: { label: "max_tokens 1", body: { model: "ai/tiny", prompt: "hi", max_tokens: 1 }, concurrency: CONCURRENCY },
+  streamed: { label: "streamed, max_tokens 1", body: { model: "ai/tiny", prompt: "hi", max_tokens: 1, stream: true }, concurrency: CONCURRENCY },
+};
 const EMBEDDINGS: Load = { label: "embeddings", body: { model: "ai/embedder", input: "hello there" }, concurrency: Number(process.env.BENCH_EMBED_CONCURRENCY ?? 64) };
 
-async function burst(side: Side, count: number, load: Load = COMPLETIONS): Promise<{ seconds: number; latencies: number[] }> {
+/** Our server under `runtime`, with the tiny model (and, under Bun, the embedder) pulled. */
+const ourStack = (runtime: RuntimeName) =>
+  startStack({
+    runtime,
+    models: ["ai/tiny"],
+    embedders: runtime === "bun" ? ["ai/embedder"] : [],
+    env: { ...profiled("ours"), INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
+    ...(process.env.BENCH_ENTRY ? { entry: process.env.BENCH_ENTRY } : {}),
+  });
+
+async function burst(side: Side, count: number, load: Load): Promise<{ seconds: number; latencies: number[] }> {
   const latencies: number[] = [];
   let next = 0;
   const began = performance.now();
   const worker = async () => {
     while (next++ < count) {
       const start = performance.now();
-      const response = await post(side.socket, side.path, load.body);
-      await response.arrayBuffer();
-      if (response.status !== 200) throw new Error(`${side.name}: status ${response.status}`);
+      const response = await post(side.socket, side.path, load.body, side.pid === undefined && "stream" in load.body);
+      const answer = await response.text();
+      if (response.status !== 200) throw new Error(`${side.name}: status ${response.status}: ${answer.slice(0, 300)}`);
       latencies.push(performance.now() - start);
     }
   };
@@ -112,45 +146,44 @@ async function burst(side: Side, count: number, load: Load = COMPLETIONS): Promi
   return { seconds: (performance.now() - began) / 1000, latencies };
 }
 
-async function overhead() {
-  // Three clients share this runner; llama-server serves each keep-alive connection on one HTTP
+/** Ours under `runtime` beside the bare Bun proxy and the runtime's own, each load in turn. */
+async function overhead(runtime: RuntimeName, stack: Stack) {
+  // Four clients share this runner; llama-server serves each keep-alive connection on one HTTP
   // thread, so it needs threads for all of them, or one side would wait on another's idle ones.
   await post(stack.socket, "/engines/_configure", { model: "ai/tiny", "runtime-flags": ["--threads-http", "64"] }).then((r) => r.arrayBuffer());
   await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).length === 1, "the configured runner");
-  await (await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 })).arrayBuffer();
-  const runner = await runnerSocket();
-  const bareSocket = join(stack.dir, "bare.sock");
-  const bare = await startServer({
-    runtime: "bun",
-    entry: "bench/inference/bare-proxy.ts",
-    env: { ...profiled("bare"), RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket },
-  });
-  const sides: Side[] = [
-    { name: "direct", socket: runner, path: "/v1/completions" },
-    { name: "bare", socket: bareSocket, path: "/v1/completions", pid: bare.child.pid },
-    { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions`, pid: stack.server.child.pid },
-  ];
+  await (await post(stack.socket, `${P}/v1/completions`, LOADS.whole!.body)).arrayBuffer();
+  const runner = await runnerSocket(stack);
+  const floors: ServerProcess[] = [];
   try {
-    await measureOverhead(sides);
+    floors.push(await startFloor("bun", runner, join(stack.dir, "bare.sock"), "bare"));
+    if (runtime !== "bun") floors.push(await startFloor(runtime, runner, join(stack.dir, "own.sock"), "own"));
+    const sides: Side[] = [
+      { name: "direct", socket: runner, path: "/v1/completions" },
+      { name: "bare Bun", socket: join(stack.dir, "bare.sock"), path: "/v1/completions", pid: floors[0]!.pid, bun: true },
+      ...(runtime !== "bun" ? [{ name: `bare ${runtime}`, socket: join(stack.dir, "own.sock"), path: "/v1/completions", pid: floors[1]!.pid }] : []),
+      { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions`, pid: stack.server.pid, bun: runtime === "bun" },
+    ];
+    for (const name of (process.env.BENCH_LOADS ?? "whole,streamed").split(",")) await measureOverhead(runtime, sides, LOADS[name]!);
   } finally {
-    await bare.stop();
+    await Promise.all(floors.map((floor) => floor.stop(2_000)));
   }
 }
 
-/** The same with many short embedding requests, where a round trip per request weighs most. */
-async function embeddings() {
+/** The same with many short embedding requests (Bun), where a round trip per request weighs most. */
+async function embeddings(stack: Stack) {
   await post(stack.socket, "/engines/_configure", { model: "ai/embedder", mode: "embedding", "runtime-flags": ["--threads-http", "160"] }).then((r) => r.arrayBuffer());
   await until(async () => (await (await fetch(`${stack.url}/engines/ps`)).json()).some((r: { mode: string }) => r.mode === "embedding"), "the embedding runner");
   await (await post(stack.socket, `${P}/v1/embeddings`, EMBEDDINGS.body)).arrayBuffer();
-  const runner = await runnerSocket("embedding");
-  const bareSocket = join(stack.dir, "bare-embed.sock");
-  const bare = await startServer({ runtime: "bun", entry: "bench/inference/bare-proxy.ts", env: { ...profiled("bare-embeddings"), RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: bareSocket } });
+  const runner = await runnerSocket(stack, "embedding");
+  const bare = await startFloor("bun", runner, join(stack.dir, "bare-embed.sock"), "bare-embeddings");
   try {
     await measureOverhead(
+      "bun",
       [
         { name: "direct", socket: runner, path: "/v1/embeddings" },
-        { name: "bare", socket: bareSocket, path: "/v1/embeddings", pid: bare.child.pid },
-        { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/embeddings`, pid: stack.server.child.pid },
+        { name: "bare Bun", socket: join(stack.dir, "bare-embed.sock"), path: "/v1/embeddings", pid: bare.pid, bun: true },
+        { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/embeddings`, pid: stack.server.pid, bun: true },
       ],
       EMBEDDINGS,
     );
@@ -159,22 +192,28 @@ async function embeddings() {
   }
 }
 
-/** Sends `side` at least `warmUp` requests, then bursts until its compiler threads stay quiet. */
+/** Sends `side` at least `warmUp` requests; under Bun, then bursts until its compiler threads stay quiet (see warmUp). */
 async function warm(side: Side, load: Load): Promise<void> {
+  if (side.pid === undefined) return void (await burst(side, warmUp, load));
+  if (!side.bun) return void (await burst(side, Math.max(warmUp, V8_WARM), load));
   let sent = 0;
   let quiet = 0;
-  while (sent < warmUp || (side.pid !== undefined && quiet < WARM_QUIET && sent < WARM_MAX)) {
+  while (sent < warmUp || (quiet < WARM_QUIET && sent < WARM_MAX)) {
     const before = threadMicros(side.pid);
     await burst(side, WARM_BURST, load);
     sent += WARM_BURST;
     const compiling = ((threadMicros(side.pid).get("JITWorker") ?? 0) - (before.get("JITWorker") ?? 0)) / WARM_BURST;
     quiet = compiling < 1 ? quiet + 1 : 0;
   }
-  if (side.pid !== undefined) console.log(`  warm-up ${side.name}: ${sent} requests${quiet < WARM_QUIET ? " (the compiler was still busy)" : ""}`);
+  console.log(`  warm-up ${side.name}: ${sent} requests${quiet < WARM_QUIET ? " (the compiler was still busy)" : ""}`);
 }
 
-async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
+/** The target ours is held to on `runtime`: a share of the bare Bun proxy's requests per second, and (Bun) its p50 over it. */
+const TARGETS: Record<RuntimeName, { ratio: number; p50Ms?: number }> = { bun: { ratio: 0.95, p50Ms: 1 }, node: { ratio: 0.85 }, deno: { ratio: 0.85 } };
+
+async function measureOverhead(runtime: RuntimeName, sides: Side[], load: Load) {
   for (const side of sides) await warm(side, load);
+  const loadBefore = await load1();
   const totals = new Map<string, Totals>(sides.map((s) => [s.name, { requests: 0, seconds: 0, latencies: [], cpuMicros: 0, threads: "" }]));
   const threadsBefore = new Map(sides.map((s) => [s.name, threadMicros(s.pid)]));
   for (let round = 0; round < rounds; round++) {
@@ -188,21 +227,31 @@ async function measureOverhead(sides: Side[], load: Load = COMPLETIONS) {
       total.latencies.push(...latencies);
     }
   }
-  // Per thread over all rounds (the other side's rounds in between cost this process nothing).
+  // Per thread over all rounds (the other sides' rounds in between cost this process nothing).
   for (const side of sides) totals.get(side.name)!.threads = threadSplit(threadsBefore.get(side.name)!, threadMicros(side.pid), rounds * requestsPerRound);
-  const [direct, bare, ours] = sides.map((s) => totals.get(s.name)!) as [Totals, Totals, Totals];
   const rate = (t: Totals) => t.requests / t.seconds;
-  console.log(`overhead (${rounds} x ${requestsPerRound} requests, ${load.concurrency} concurrent, ${load.label})`);
-  for (const [name, t] of [["direct", direct], ["bare proxy", bare], ["ours", ours]] as const) {
+  const cpu = (t: Totals) => t.cpuMicros / t.requests;
+  console.log(`${runtime}: overhead (${rounds} x ${requestsPerRound} requests, ${load.concurrency} concurrent, ${load.label}; load average ${loadBefore}, then ${await load1()})`);
+  for (const side of sides) {
+    const t = totals.get(side.name)!;
     const sorted = [...t.latencies].sort((a, b) => a - b);
     const p99 = sorted[Math.floor(sorted.length * 0.99)]!;
-    const cpu = t.cpuMicros ? `, proxy CPU ${(t.cpuMicros / t.requests).toFixed(0)} µs/req (${t.threads})` : "";
-    console.log(`  ${name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}, p99 ${ms(p99)}, max ${ms(sorted.at(-1)!)}${cpu}`);
+    const cpuText = t.cpuMicros ? `, server CPU ${cpu(t).toFixed(0)} µs/req (${t.threads})` : "";
+    console.log(`  ${side.name.padEnd(10)} ${rate(t).toFixed(0)} req/s, p50 ${ms(median(t.latencies))}, p99 ${ms(p99)}, max ${ms(sorted.at(-1)!)}${cpuText}`);
   }
-  console.log(`  ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)}; bare/direct: ${(rate(bare) / rate(direct)).toFixed(3)}; p50 above direct: ours ${ms(median(ours.latencies) - median(direct.latencies))}, bare ${ms(median(bare.latencies) - median(direct.latencies))}`);
-  const line = `ratio ours/bare proxy: ${(rate(ours) / rate(bare)).toFixed(3)} (target >= 0.95); p50 above the bare proxy: ${ms(median(ours.latencies) - median(bare.latencies))} (target <= 0.5 ms)`;
+  const bare = totals.get("bare Bun")!;
+  const ours = totals.get("ours")!;
+  const own = totals.get(`bare ${runtime}`);
+  const direct = totals.get("direct")!;
+  console.log(`  ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)}; bare Bun/direct: ${(rate(bare) / rate(direct)).toFixed(3)}; p50 above direct: ours ${ms(median(ours.latencies) - median(direct.latencies))}, bare Bun ${ms(median(bare.latencies) - median(direct.latencies))}`);
+  const target = TARGETS[runtime];
+  const p50Over = median(ours.latencies) - median(bare.latencies);
+  const floorText = own ? `; its own bare proxy ${(rate(own) / rate(bare)).toFixed(3)} (CPU ${(cpu(own) / cpu(bare)).toFixed(2)}x)` : "";
+  const line =
+    `ours/bare Bun proxy ${(rate(ours) / rate(bare)).toFixed(3)} (target >= ${target.ratio}); p50 over it ${ms(p50Over)}${target.p50Ms !== undefined ? ` (target <= ${target.p50Ms} ms)` : ""}; ` +
+    `CPU per request ours/bare Bun ${(cpu(ours) / cpu(bare)).toFixed(2)}x (${cpu(ours).toFixed(0)} vs ${cpu(bare).toFixed(0)} µs)${floorText}`;
   console.log(`  ${line}`);
-  summary.push(`${load.label}, ${load.concurrency} concurrent: ${line}`);
+  summary.push(`${runtime}, ${load.label}, ${load.concurrency} concurrent: ${line}`);
 }
 
 // --- 2. streaming --------------------------------------------------------------------------------
@@ -235,7 +284,7 @@ async function chunkLags(side: Side): Promise<number[]> {
   return lags.slice(1);
 }
 
-async function streaming() {
+async function streaming(stack: Stack) {
   // One slot gets the model's whole context (512 tokens): room for 256 generated ones.
   // Every runner unloaded first (the embeddings part left its own): the next request loads this one.
   await post(stack.socket, "/engines/unload", { all: true }).then((r) => r.arrayBuffer());
@@ -243,7 +292,7 @@ async function streaming() {
   await post(stack.socket, "/engines/_configure", { model: "ai/tiny", slots: 1 }).then((r) => r.arrayBuffer());
   await (await post(stack.socket, `${P}/v1/completions`, { model: "ai/tiny", prompt: "hi", max_tokens: 1 })).arrayBuffer();
   const sides: Side[] = [
-    { name: "direct", socket: await runnerSocket(), path: "/v1/completions" },
+    { name: "direct", socket: await runnerSocket(stack), path: "/v1/completions" },
     { name: "ours", socket: stack.socket, path: `${P}/v1/completions` },
   ];
   const lags = { direct: [] as number[], ours: [] as number[] };
@@ -267,7 +316,7 @@ async function firstToken(socket: string, path: string): Promise<void> {
   await reader.cancel();
 }
 
-async function coldOurs(): Promise<number> {
+async function coldOurs(stack: Stack): Promise<number> {
   // The last request's lease ends when our side sees the client's cancel: unload once it has.
   for (;;) {
     await post(stack.socket, "/engines/unload", { all: true }).then((r) => r.arrayBuffer());
@@ -280,13 +329,13 @@ async function coldOurs(): Promise<number> {
   return performance.now() - began;
 }
 
-async function coldByHand(modelPath: string): Promise<number> {
-  const binary = await resolveLlamaServerBinary({ runtime, env: process.env });
+async function coldByHand(stack: Stack, modelPath: string): Promise<number> {
+  const binary = await resolveLlamaServerBinary({ runtime: client, env: process.env });
   const socketPath = join(stack.dir, "run", "by-hand.sock");
   const args = buildLlamaServerArgs({ name: "by-hand", modelPath, mode: "completion", parallel: 4 }, socketPath);
   const began = performance.now();
-  const child = await runtime.spawn(binary.path, args, { env: launchEnv(binary.path, process.env) });
-  const fetchRunner = runtime.unixFetch(socketPath);
+  const child = await client.spawn(binary.path, args, { env: launchEnv(binary.path, process.env) });
+  const fetchRunner = client.unixFetch(socketPath);
   // Polled every 5 ms: back to back, the polling itself would take a core from the loading runner.
   for (;;) {
     const status = await fetchRunner("http://runner/health").then((r) => (r.body?.cancel(), r.status), () => 0);
@@ -301,14 +350,14 @@ async function coldByHand(modelPath: string): Promise<number> {
   return elapsed;
 }
 
-async function coldStart() {
+async function coldStart(stack: Stack) {
   const { id } = (await (await fetch(`${stack.url}/models/ai/tiny`)).json()) as { id: string };
   const modelPath = (await createModelStore(join(stack.dir, "models")).resolve(id))!.ggufPath;
   const ours: number[] = [];
   const hand: number[] = [];
   for (let round = 0; round < rounds * 2; round++) {
-    if (round % 2) ours.push(await coldOurs()), hand.push(await coldByHand(modelPath));
-    else hand.push(await coldByHand(modelPath)), ours.push(await coldOurs());
+    if (round % 2) ours.push(await coldOurs(stack)), hand.push(await coldByHand(stack, modelPath));
+    else hand.push(await coldByHand(stack, modelPath)), ours.push(await coldOurs(stack));
   }
   console.log(`cold start (${rounds * 2} rounds, request to first token for an unloaded model)`);
   console.log(`  by hand: ${hand.map((t) => t.toFixed(0)).join(" ")} ms; ours: ${ours.map((t) => t.toFixed(0)).join(" ")} ms`);
@@ -317,12 +366,23 @@ async function coldStart() {
 }
 
 const parts = new Set((process.env.BENCH_PARTS ?? "overhead,embeddings,streaming,cold").split(","));
-try {
-  if (parts.has("overhead")) await overhead();
-  if (parts.has("embeddings")) await embeddings();
-  if (parts.has("streaming")) await streaming();
-  if (parts.has("cold")) await coldStart();
-  console.log(`summary\n${summary.map((l) => `  ${l}`).join("\n")}`);
-} finally {
-  await stack.stop();
+console.log(`load average at the start: ${await load1()}`);
+for (const runtime of runtimes) {
+  const bunOnly = runtime === "bun" && (parts.has("embeddings") || parts.has("streaming") || parts.has("cold"));
+  if (!parts.has("overhead") && !bunOnly) continue;
+  const stack = await ourStack(runtime);
+  try {
+    if (parts.has("overhead")) await overhead(runtime, stack);
+    if (runtime !== "bun") continue;
+    if (parts.has("embeddings")) await embeddings(stack);
+    if (parts.has("streaming")) await streaming(stack);
+    if (parts.has("cold")) await coldStart(stack);
+  } catch (error) {
+    console.log(`${runtime}: the server's last output:\n${stack.server.output().slice(-2000)}`);
+    throw error;
+  } finally {
+    await stack.stop();
+  }
 }
+console.log(`load average at the end: ${await load1()}`);
+console.log(`summary\n${summary.map((l) => `  ${l}`).join("\n")}`);

@@ -17,7 +17,7 @@ import { dirname } from "node:path";
 const FLUSH_MS = 50;
 const FLUSH_BYTES = 256 * 1024;
 
-// Better still, where the runtime can hand the file to the child (Bun, Node), llama-server writes
+// Better still, where the runtime hands the file to the child (all three do), llama-server writes
 // it itself and none of its output crosses our event loop: the tail is then read back from the
 // file, and the size is checked now and then, a file past its limit copied to `.1` and emptied
 // (the child appends, so it goes on at the new end; a line written between the copy and the

@@ -1,5 +1,6 @@
 /// <reference types="bun-types" />
-import { deadline, systemClock } from "../../src/album/deadline.ts";
+import { deadline } from "../../src/album/deadline.ts";
+import { systemClock } from "../../src/http/clock.ts";
 
 // The two proxies ours is measured against, each a few lines, served on Bun as PROXY names:
 // - bare: the least a proxy can do (fetch the photos, wrap them), with no routing, validation,

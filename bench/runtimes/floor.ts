@@ -16,7 +16,10 @@ import { Pool } from "undici/index.js";
 // FLOOR_CLIENT=fetch gives Bun's and Deno's album floor the runtime's own fetch instead, keeping no
 // idle connection (their fetch and node:http clients resend on a reset reused connection): the
 // floor before undici was taken there, a TCP connect per call.
-// Each passes on only the answer's status and type (ours drops the runner's connection headers).
+// Each passes on only the answer's status and type (ours drops the runner's connection headers),
+// and sends a stream's request with `Connection: close`, as ours does: llama-server closes the
+// connection after a stream anyway, and 16 streams at a time met such dead pooled connections
+// twice in a row (the floor's one retry was not enough: 500s).
 
 type DenoServe = (options: Record<string, unknown>, handler: (request: Request) => Response | Promise<Response>) => unknown;
 declare const Deno: { serve: DenoServe; createHttpClient(options: { poolMaxIdlePerHost: number }): unknown } | undefined;
@@ -27,6 +30,12 @@ const runner = process.env.RUNNER_UPSTREAM_SOCKET ?? "";
 const listenPath = process.env.PROXY_SOCKET ?? "";
 const ownFetch = process.env.FLOOR_CLIENT === "fetch";
 const runtime = "Bun" in globalThis ? "bun" : "Deno" in globalThis ? "deno" : "node";
+
+/** Whether a request body asks for a stream (the floors do not parse bodies; ours does). */
+const STREAM_FIELD = Buffer.from('"stream":true');
+const streamed = (body: Uint8Array) => Buffer.from(body.buffer, body.byteOffset, body.byteLength).includes(STREAM_FIELD);
+/** The runner call's headers for `body`. */
+const callHeaders = (body: Uint8Array): Record<string, string> => (streamed(body) ? { "content-type": "application/json", connection: "close" } : { "content-type": "application/json" });
 
 const albumIdOf = (url: string) => url.slice(url.lastIndexOf("/") + 1);
 const wrap = (albumId: string, photosText: string) => `{"albumId":${Number(albumId)},"photos":${JSON.stringify(JSON.parse(photosText))}}`;
@@ -67,7 +76,7 @@ function nodeFloor(): void {
         res.writeHead(200, { "content-type": "application/json" }).end(wrap(albumId, await pooledPhotos(pool, albumId)));
       } else {
         const body = await readAll(req);
-        const upstream = await pool.request({ path: req.url ?? "/", method: "POST", headers: { "content-type": "application/json" }, body });
+        const upstream = await pool.request({ path: req.url ?? "/", method: "POST", headers: callHeaders(body), body });
         res.writeHead(upstream.statusCode, { "content-type": String(upstream.headers["content-type"] ?? "application/json") });
         for await (const chunk of upstream.body) res.write(chunk);
         res.end();
@@ -102,7 +111,7 @@ function denoFloor(serve: DenoServe): void {
     }
     const body = new Uint8Array(await request.arrayBuffer());
     const path = new URL(request.url).pathname;
-    const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path, headers: { "content-type": "application/json", "content-length": String(body.length) } }, body);
+    const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path, headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
     const type = upstream.headers["content-type"] ?? "application/json";
     // A stream is passed on as it comes (Deno's Response takes an async iterable); an answer whole.
     const answer = type.startsWith("text/event-stream") ? streamFrom(upstream) : await readAll(upstream);
@@ -125,10 +134,17 @@ function bunFloor(): void {
         return new Response(wrap(albumId, await photos(albumId)), { headers: { "content-type": "application/json" } });
       }
       const path = new URL(request.url).pathname;
-      const body = await request.arrayBuffer();
-      const call = () => fetch(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, unix: runner } as RequestInit);
-      // Once more on a connection the runner had closed, as ours does (see forward.ts's send).
-      const upstream = await call().catch(call);
+      const body = await request.bytes();
+      const call = () => fetch(`http://runner${path}`, { method: "POST", headers: callHeaders(body), body, unix: runner } as RequestInit);
+      // Once more on a connection the runner had closed, as ours does (see forward.ts's send), and
+      // once again: a new connection (each stream's) may find the runner's listen queue full
+      // under load, a call it never read. Past those, a 502 that says why.
+      let upstream: Response;
+      try {
+        upstream = await call().catch(call).catch(call);
+      } catch (error) {
+        return new Response(`floor: ${String(error)}`, { status: 502 });
+      }
       // Only the type passed on, as ours drops the runner's connection headers: passed as they
       // came, they closed the client's connection after about one answer in ten (EPIPE, ECONNRESET).
       const type = upstream.headers.get("content-type") ?? "application/json";

@@ -1,7 +1,7 @@
 import * as z from "zod";
 import { textAtMost } from "../http/body.ts";
 import { HttpError } from "../http/errors.ts";
-import type { Clock } from "./deadline.ts";
+import type { Clock } from "../http/clock.ts";
 import { Int64Json, parseJsonWithExactIds } from "./int64.ts";
 import { validate } from "./safe-photos.generated.ts";
 

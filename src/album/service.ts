@@ -1,7 +1,7 @@
 import type { Config } from "../config.ts";
 import type { Runtime } from "../runtime/types.ts";
 import type { Service } from "../service.ts";
-import { systemClock } from "./deadline.ts";
+import { systemClock } from "../http/clock.ts";
 import { createAlbumHandler } from "./handler.ts";
 
 // The album service's wiring: its handler over the runtime's upstream fetch, where it listens,

@@ -70,6 +70,29 @@ export function encodeJson(value: unknown, limit: number): Uint8Array<ArrayBuffe
   return bytes;
 }
 
+/**
+ * `body`, a JSON object's bytes, with `"name":value` spliced in as its first field, instead of
+ * parsed and written again (bodies of agents run to megabytes). A field of that name the body
+ * already has comes later, and wins where the reader takes the last (llama-server does). Bytes
+ * that are not an object are given back as they are.
+ */
+export function withLeadingField(body: Uint8Array<ArrayBuffer>, name: string, value: number): Uint8Array<ArrayBuffer> {
+  let at = 0;
+  while (at < body.length && WHITESPACE.has(body[at]!)) at++;
+  if (body[at] !== OPEN_BRACE) return body;
+  let next = at + 1;
+  while (next < body.length && WHITESPACE.has(body[next]!)) next++;
+  const head = new TextEncoder().encode(`{${JSON.stringify(name)}:${value}${body[next] === CLOSE_BRACE ? "" : ","}`);
+  const out = new Uint8Array(head.length + body.length - at - 1);
+  out.set(head);
+  out.set(body.subarray(at + 1), head.length);
+  return out;
+}
+
+const WHITESPACE = new Set([0x20, 0x0a, 0x0d, 0x09]);
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+
 /** One decoder for whole bodies (no `stream` option: it keeps no state between calls). */
 const utf8 = new TextDecoder();
 

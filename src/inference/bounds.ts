@@ -35,18 +35,28 @@ const TOKEN_FIELDS: Partial<Record<Endpoint, string[]>> = {
  * when nothing changes. Any other value that is not a number is left for llama-server to refuse.
  */
 export function boundTokens(endpoint: Endpoint, body: unknown, ceiling: number): unknown {
+  const added = tokenFieldAdded(endpoint, body);
+  if (added !== undefined) return { ...(body as Record<string, unknown>), [added]: ceiling };
   const fields = TOKEN_FIELDS[endpoint];
   if (!fields || typeof body !== "object" || body === null || Array.isArray(body)) return body;
   const given = body as Record<string, unknown>;
   let bounded: Record<string, unknown> | undefined;
-  let asked = false;
   for (const field of fields) {
     const value = given[field];
     if (value === undefined) continue;
-    asked = true;
     const unbounded = value === null || (typeof value === "number" && (value > ceiling || value < 0));
     if (unbounded) (bounded ??= { ...given })[field] = ceiling;
   }
-  if (!asked) return { ...given, [fields[0]!]: ceiling };
   return bounded ?? body;
+}
+
+/**
+ * The field boundTokens adds to `body` (at the ceiling), which asks for no token limit; undefined
+ * where it asks for one (or the endpoint has none): only that change can be spliced into the
+ * body's bytes instead of writing the body again (see withLeadingField).
+ */
+export function tokenFieldAdded(endpoint: Endpoint, body: unknown): string | undefined {
+  const fields = TOKEN_FIELDS[endpoint];
+  if (!fields || typeof body !== "object" || body === null || Array.isArray(body)) return undefined;
+  return fields.some((field) => (body as Record<string, unknown>)[field] !== undefined) ? undefined : fields[0];
 }

@@ -8,11 +8,11 @@ import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
 import type { Lane } from "../scheduler/types.ts";
-import { encodeJson, readBody, parseJson } from "../http/body.ts";
+import { encodeJson, readBody, parseJson, withLeadingField } from "../http/body.ts";
 import { policeBody, refuseUnreadableMedia, type BodyPolicy } from "./body-policy.ts";
 import type { MediaInliner } from "./media/fetch.ts";
 import { forward, type ErrorEvent, type Reshape } from "./forward.ts";
-import { boundTokens, type Bounds } from "./bounds.ts";
+import { boundTokens, tokenFieldAdded, type Bounds } from "./bounds.ts";
 import type { InferenceMetrics } from "./metrics.ts";
 import { ENDPOINTS, OPENAI_ENDPOINTS, requestedModel, type Endpoint } from "./requests.ts";
 import { structuredRequest } from "./structured.ts";
@@ -150,9 +150,9 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   // Schemas checked and a named tool_choice made one llama-server obeys, then the token ceiling:
   // each gives back its input when it changes nothing, else a shallow copy (so the media parts
   // policeBody found are still the ones in `json`).
-  const json = boundTokens(endpoint, structuredRequest(endpoint, parsed), deps.bounds.maxTokens);
-  // Encoded once: as it came, unless a dialect, the checks or the bound changed it.
-  let body = read && json === parsed ? read : encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
+  const checked = structuredRequest(endpoint, parsed);
+  const json = boundTokens(endpoint, checked, deps.bounds.maxTokens);
+  let body = bytesToSend(endpoint, { read, parsed, checked, json }, deps);
   const model = await resolveOr404(deps.store, requested);
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const name = model.tags[0] ?? model.id;
@@ -216,6 +216,18 @@ const UNTOKENED = new Set<Endpoint>(["chat/completions/input_tokens", "tokenize"
 
 /** A timer told of the answer's end but not of its text (so no tokens are read from it). */
 const tokenless = (timer: RequestTimer): RequestTimer => ({ firstByte: () => timer.firstByte(), end: (ok) => timer.end(ok, "") });
+
+/**
+ * The body's bytes for the runner, made once: as they came, unless a dialect, the checks or the
+ * bound changed it; a token limit the bound only added is spliced into them (clients that set none
+ * are common, and an agent's body runs to megabytes: written again, it was serialised twice).
+ */
+function bytesToSend(endpoint: Endpoint, { read, parsed, checked, json }: { read: Uint8Array<ArrayBuffer> | undefined; parsed: unknown; checked: unknown; json: unknown }, deps: InferenceDeps): Uint8Array<ArrayBuffer> {
+  if (read && json === parsed) return read;
+  const added = read && checked === parsed ? tokenFieldAdded(endpoint, parsed) : undefined;
+  if (read && added !== undefined) return withLeadingField(read, added, deps.bounds.maxTokens);
+  return encodeJson(json, deps.bodyLimit + BOUND_FIELD_BYTES);
+}
 
 /** Room for the token limit the bound adds to a body that was at the size limit. */
 const BOUND_FIELD_BYTES = 64;

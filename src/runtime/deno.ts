@@ -1,6 +1,7 @@
 import { Agent as HttpAgent } from "node:http";
 import { callFetch, nodeHttpSend } from "./node-client.ts";
 import { serveWithNodeHttp } from "./node-http.ts";
+import { nodeSpawn } from "./node-spawn.ts";
 import { keepAliveUpstreamFetch } from "./undici-fetch.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
 import type { ChildProcess, Runtime, SpawnOptions } from "./types.ts";
@@ -29,6 +30,8 @@ const unixFetch = (socketPath: string): typeof fetch => callFetch(nodeHttpSend(n
 let upstreamFetch: typeof fetch | undefined;
 
 async function spawn(command: string, args: string[], options: SpawnOptions): Promise<ChildProcess> {
+  // Its output to a file: handed to the child, as Node's and Bun's spawn do (see node-spawn.ts).
+  if (options.output !== undefined) return nodeSpawn(command, args, options);
   const child = new Deno.Command(command, {
     args,
     env: options.env,

@@ -72,7 +72,7 @@ export interface SpawnOptions {
   env: Record<string, string>;
   /**
    * A file descriptor (open for appending) that the child's stdout and stderr go to directly, past
-   * our event loop. A runtime that cannot hand one to a child (Deno) pipes them as without it.
+   * our event loop (every runtime hands it over: Deno through node:child_process).
    */
   output?: number;
 }

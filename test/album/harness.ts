@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll } from "vitest";
-import { systemClock } from "../../src/album/deadline.ts";
+import { systemClock } from "../../src/http/clock.ts";
 import { createAlbumHandler, type AlbumDeps } from "../../src/album/handler.ts";
 import { albumOf, startPhotoService, type PhotoService } from "./photo-service.ts";
 

@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { queuedClock, systemClock, type TimerHost } from "../../src/album/deadline.ts";
+import { queuedClock, systemClock, type TimerHost } from "../../src/http/clock.ts";
 
-// The album's clock keeps one runtime timer for all the calls in flight (their waits all have one
-// length, so they fall due in the order they were set): on a host whose time the test moves,
-// every wait fires at its own time, in order, never once ended, and no timer outlives the waits.
+// The queued clock keeps one runtime timer for all the waits in flight (the album's calls, the
+// inference requests' time limits: waits of one length fall due in the order they were set): on a
+// host whose time the test moves, every wait fires at its own time, in order, never once ended,
+// and no timer outlives the waits.
 
 /** Timers on a time the test moves; `armed` is how many are set now. */
 function movedTime() {
