@@ -6,6 +6,8 @@
 # LLAMADOCK_BUILD_CUDA=0 builds for the CPU anyway. A cached CPU build is rebuilt once a toolkit
 # is there; a cached CUDA build is kept.
 # Prints the directory that holds the binary and its shared libraries.
+#   build-llama-server.sh            builds it unless it is cached
+#   build-llama-server.sh --cached   builds nothing: prints the cached build's folder, or fails
 set -euo pipefail
 
 NODE_LLAMA_CPP_VERSION="${NODE_LLAMA_CPP_VERSION:-3.22.1}"   # ships llama.cpp v0.5.0
@@ -13,6 +15,12 @@ LLAMA_CPP_TAG="${LLAMA_CPP_TAG:-v0.5.0}"
 CACHE_ROOT="${LLAMADOCK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llamadock}"
 DEST="$CACHE_ROOT/llama.cpp-$LLAMA_CPP_TAG"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+if [ "${1:-}" = --cached ]; then
+  [ -x "$DEST/bin/llama-server" ] || exit 1
+  echo "$DEST/bin"
+  exit 0
+fi
 
 log() { printf '[llama-server build] %s\n' "$*" >&2; }
 need() { command -v "$1" >/dev/null 2>&1 || { log "missing tool: $1 ($2)"; exit 1; }; }
