@@ -81,7 +81,7 @@ cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DGGML_NATIVE=OFF -DCMAKE_BUILD_RPATH='$ORIGIN' "${GPU_FLAGS[@]}" >"$work/cmake.log" 2>&1 || { tail -n 30 "$work/cmake.log" >&2; log "cmake configure failed"; exit 1; }
 
-log "compiling llama-server ($FLAVOUR) with $JOBS jobs (about 5 minutes on 2 cores for the CPU; far longer with CUDA)"
+log "compiling llama-server ($FLAVOUR) with $JOBS jobs (about 10 minutes on 2 cores for the CPU; far longer with CUDA)"
 cmake --build "$work/build" --target llama-server -j "$JOBS" 2>&1 \
   | tee "$work/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]' | sed -u 's/^/[llama-server build] /' >&2 || true
 if [ ! -x "$work/build/bin/llama-server" ]; then
