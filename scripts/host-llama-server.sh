@@ -29,9 +29,10 @@ flavour="$(cat "$dir/../FLAVOUR" 2>/dev/null || echo cpu)"
 command -v readelf >/dev/null 2>&1 || not_taken "no readelf here to read what this host's llama-server needs"
 
 needs="$(readelf --version-info --wide "$dir"/llama-server "$dir"/*.so* | grep -o 'Name: GLIBC[A-Z]*_[0-9.]*' | cut -d' ' -f2)"
-# Read with grep: a slim image has no binutils.
-defines="$(podman run --rm --network none "$base" sh -c \
-  'grep -aoh "GLIBC[A-Z]*_[0-9.]*[0-9]" /lib/*-linux-gnu/libc.so.6 /usr/lib/*-linux-gnu/libstdc++.so.6' 2>/dev/null)" || true
+# The image's files, mounted read-only where this host reads them (no container is started).
+root="$(podman image mount "$base")"
+trap 'podman image unmount "$base" >/dev/null' EXIT
+defines="$(as_root sh -c 'grep -aoh "GLIBC[A-Z]*_[0-9.]*[0-9]" "$1"/lib/*-linux-gnu/libc.so.6 "$1"/usr/lib/*-linux-gnu/libstdc++.so.6' sh "$root" 2>/dev/null)" || true
 for runtime in GLIBC_ GLIBCXX_; do
   needed="$(newest "$runtime" <<<"$needs")"
   defined="$(newest "$runtime" <<<"$defines")"
