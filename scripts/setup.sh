@@ -98,7 +98,7 @@ install_dependencies
 if [ "${1:-}" = "--test" ]; then
   install_test_packages
   if [ -n "$building" ] && can_build_image; then
-    timed "image stages without llama-server" bash scripts/image-build.sh --prepare >/dev/null
+    timed "image base and stages without llama-server" bash scripts/image-build.sh --prepare >/dev/null
   fi
 fi
 if [ -n "$building" ]; then
