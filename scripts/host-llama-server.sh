@@ -3,8 +3,8 @@
 # when an image on BASE_IMAGE can take it instead of compiling llama.cpp again (scripts/image-build.sh
 # then gives it to the build); else says why on stderr and fails. It can when it is
 # - the build that script makes of the llama.cpp release it pins (the cache is per release), with
-#   the flags the image's own compilation uses (GGML_NATIVE=OFF: no instruction that this host's
-#   CPU has and another may lack);
+#   the flags the image's own compilation uses (GGML_NATIVE=OFF: a fixed instruction set, not the
+#   one this host's CPU has);
 # - a CPU build (the image is the CPU one);
 # - in need of no version of the C or C++ runtime (its ELF version needs: GLIBC_2.34,
 #   GLIBCXX_3.4.30...) newer than BASE_IMAGE's libc.so.6 and libstdc++.so.6 define, the check
