@@ -13,11 +13,17 @@
 # (Ubuntu 22.04's is older than Debian 12's; for a newer one, give a BASE_IMAGE as new).
 #
 # Stages, so that a change to src/ or to the dependencies never rebuilds llama.cpp:
-#   node          Node and npm from the npm registry (for `npm pack` and `npm ci`), nothing else
-#   llama-server  the build script alone, then llama-server and the shared libraries it needs
-#   bun           Bun's binary for this platform from the npm registry
-#   deps          production dependencies, exactly as package-lock.json locks them
-#   (final)       BASE_IMAGE + those, the project's code last
+#   node                  Node and npm from the npm registry (for `npm pack` and `npm ci`), nothing else
+#   llama-server-compile  the build script alone, compiling llama.cpp
+#   llama-server-build    its output (the folder the script prints). A build context of that name
+#                         replaces it, and the compilation with it: --build-context
+#                         llama-server-build=<folder> takes a build the same script made outside,
+#                         as `npm run image:build` does when this host has one
+#   llama-server-pack     what packing it takes: strip, and the libraries it loads (libgomp)
+#   llama-server          llama-server and the shared libraries it needs, from that build
+#   bun                   Bun's binary for this platform from the npm registry
+#   deps                  production dependencies, exactly as package-lock.json locks them
+#   (final)               BASE_IMAGE + those, the project's code last
 #
 # HTTPS in the build uses the CA bundle at /etc/ssl/certs/ca-certificates.crt: Debian's, installed
 # by a stage, or one mounted there read-only (podman build --volume /etc/ssl/certs:/etc/ssl/certs:ro,
@@ -52,21 +58,39 @@ ENV PATH=/opt/node/bin:$PATH \
     npm_config_fund=false \
     npm_config_audit=false
 
-FROM ${LLAMA_BUILD_IMAGE} AS llama-server
+FROM ${LLAMA_BUILD_IMAGE} AS llama-server-compile
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends git cmake g++ make binutils \
+ && apt-get install -y --no-install-recommends git cmake g++ make \
       $([ -s /etc/ssl/certs/ca-certificates.crt ] || echo ca-certificates) \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=node /opt/node /opt/node
 ENV PATH=/opt/node/bin:$PATH NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
 COPY sidecar/build-llama-server.sh /build/
-# The build, then /opt/llama-server: llama-server, the libraries built with it (found through its
-# RUNPATH $ORIGIN), and every other library it loads that a plain Debian lacks (libgomp; with CUDA,
-# cudart and cuBLAS), stripped. The C and C++ runtimes come from the final image.
 RUN dir="$(LLAMADOCK_CACHE=/build/cache bash /build/build-llama-server.sh)" \
- && mkdir -p /opt/llama-server \
- && cp -a "$dir/llama-server" "$dir"/*.so* /opt/llama-server/ \
+ && mkdir /out \
+ && cp -a "$dir"/. /out/ \
+ && rm -rf /build
+
+# What sidecar/build-llama-server.sh builds: the folder it prints. Compiled above, unless given as a
+# build context of this name (a context replaces the stage it names): a build made beforehand by
+# that script, for the CPU, on a system whose C library is not newer than this image's.
+FROM scratch AS llama-server-build
+COPY --from=llama-server-compile /out /
+
+# /opt/llama-server: llama-server, the libraries built with it (found through its RUNPATH $ORIGIN),
+# and every other library it loads that a plain Debian lacks (libgomp; with CUDA, cudart and
+# cuBLAS), stripped, then run once. The C and C++ runtimes come from the final image.
+FROM ${LLAMA_BUILD_IMAGE} AS llama-server-pack
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends binutils libgomp1 \
+ && rm -rf /var/lib/apt/lists/*
+
+FROM llama-server-pack AS llama-server
+COPY --from=llama-server-build / /build/
+RUN mkdir -p /opt/llama-server \
+ && cp -a /build/llama-server /build/*.so* /opt/llama-server/ \
  && ldd /opt/llama-server/llama-server | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' \
     | while read -r lib; do \
         name="$(basename "$lib")"; \

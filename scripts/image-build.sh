@@ -4,9 +4,16 @@
 # reachable (from the build too); no container registry is needed: the base image is made here with
 # mmdebstrap from Debian's mirror (BASE_IMAGE=debian:bookworm-slim uses the official one instead).
 # The build reuses podman's layer cache: a change to src/ rebuilds the last layers only.
+# llama-server is not compiled a second time when this host has the build that setup makes
+# (sidecar/build-llama-server.sh, for the CPU) and the base image's C library can run it
+# (scripts/host-llama-server.sh): that build is given as the build context llama-server-build,
+# which replaces the Dockerfile's stage of that name and the compilation it needs.
 #
 #   scripts/image-build.sh [extra podman build arguments...]
-#   IMAGE=localhost/llamadock:cpu    the name given to the image
+#   scripts/image-build.sh --prepare   only the base and the stages that need no llama-server, into
+#                                      the layer cache (setup runs it while llama-server compiles)
+#   IMAGE=localhost/llamadock:cpu      the name given to the image
+#   IMAGE_LLAMA_SERVER=source          compile llama-server in the image even so (default: auto)
 #
 # Prints the path of the podman settings it wrote (CONTAINERS_CONF) on stdout; all else on stderr.
 set -euo pipefail
@@ -63,10 +70,24 @@ fi
 ca_mount=()
 [ -s /etc/ssl/certs/ca-certificates.crt ] && ca_mount=(--volume /etc/ssl/certs:/etc/ssl/certs:ro)
 
-podman_log "building $IMAGE on $base"
+build() { podman build --format docker --layers --build-arg "BASE_IMAGE=$base" --build-arg "LLAMA_BUILD_IMAGE=$base" "${ca_mount[@]}" "$@" . >&2; }
 start=$SECONDS
-podman build --format docker --layers --tag "$IMAGE" \
-  --build-arg "BASE_IMAGE=$base" --build-arg "LLAMA_BUILD_IMAGE=$base" \
-  "${ca_mount[@]}" "$@" . >&2
+
+if [ "${1:-}" = --prepare ]; then
+  podman_log "building the stages that do not need llama-server on $base"
+  for stage in llama-server-pack bun deps; do build --target "$stage"; done
+  podman_log "built them in $((SECONDS - start)) s"
+  echo "$CONTAINERS_CONF"
+  exit 0
+fi
+
+llama_server=()
+if [ "${IMAGE_LLAMA_SERVER:-auto}" != source ] && host_build="$(bash scripts/host-llama-server.sh "$base")"; then
+  podman_log "llama-server: this host's build ($host_build), not compiled again"
+  llama_server=(--build-context "llama-server-build=$host_build")
+fi
+
+podman_log "building $IMAGE on $base"
+build --tag "$IMAGE" "${llama_server[@]}" "$@"
 podman_log "built $IMAGE in $((SECONDS - start)) s: $(podman image inspect --format '{{.Size}}' "$IMAGE") bytes"
 echo "$CONTAINERS_CONF"

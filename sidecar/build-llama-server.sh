@@ -6,6 +6,8 @@
 # LLAMADOCK_BUILD_CUDA=0 builds for the CPU anyway. A cached CPU build is rebuilt once a toolkit
 # is there; a cached CUDA build is kept.
 # Prints the directory that holds the binary and its shared libraries.
+#   build-llama-server.sh            builds it unless it is cached
+#   build-llama-server.sh --cached   builds nothing: prints the cached build's folder, or fails
 set -euo pipefail
 
 NODE_LLAMA_CPP_VERSION="${NODE_LLAMA_CPP_VERSION:-3.22.1}"   # ships llama.cpp v0.5.0
@@ -13,6 +15,12 @@ LLAMA_CPP_TAG="${LLAMA_CPP_TAG:-v0.5.0}"
 CACHE_ROOT="${LLAMADOCK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llamadock}"
 DEST="$CACHE_ROOT/llama.cpp-$LLAMA_CPP_TAG"
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+if [ "${1:-}" = --cached ]; then
+  [ -x "$DEST/bin/llama-server" ] || exit 1
+  echo "$DEST/bin"
+  exit 0
+fi
 
 log() { printf '[llama-server build] %s\n' "$*" >&2; }
 need() { command -v "$1" >/dev/null 2>&1 || { log "missing tool: $1 ($2)"; exit 1; }; }
@@ -73,7 +81,7 @@ cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DGGML_NATIVE=OFF -DCMAKE_BUILD_RPATH='$ORIGIN' "${GPU_FLAGS[@]}" >"$work/cmake.log" 2>&1 || { tail -n 30 "$work/cmake.log" >&2; log "cmake configure failed"; exit 1; }
 
-log "compiling llama-server ($FLAVOUR) with $JOBS jobs (about 5 minutes on 2 cores for the CPU; far longer with CUDA)"
+log "compiling llama-server ($FLAVOUR) with $JOBS jobs (about 10 minutes on 2 cores for the CPU; far longer with CUDA)"
 cmake --build "$work/build" --target llama-server -j "$JOBS" 2>&1 \
   | tee "$work/build.log" | grep --line-buffered -E '^\[ *[0-9]+%\]' | sed -u 's/^/[llama-server build] /' >&2 || true
 if [ ! -x "$work/build/bin/llama-server" ]; then

@@ -24,6 +24,9 @@ function stages(): Map<string, string[]> {
   return out;
 }
 
+/** The COPY instructions of stage `name`. */
+const copies = (name: string) => stages().get(name)!.filter((l) => /^COPY /i.test(l));
+
 const arg = (name: string) => new RegExp(`^ARG ${name}=(\\S+)$`, "m").exec(dockerfile)?.[1];
 
 describe("the Dockerfile", () => {
@@ -33,11 +36,19 @@ describe("the Dockerfile", () => {
   });
 
   it("builds llama-server from the build script alone, so that no code or dependency change rebuilds it", () => {
-    const llama = stages().get("llama-server")!;
-    const copies = llama.filter((l) => /^COPY /i.test(l));
-    expect(copies).toEqual(["COPY --from=node /opt/node /opt/node", "COPY sidecar/build-llama-server.sh /build/"]);
-    const node = stages().get("node")!;
-    expect(node.filter((l) => /^COPY /i.test(l))).toEqual([]);
+    expect(copies("llama-server-compile")).toEqual(["COPY --from=node /opt/node /opt/node", "COPY sidecar/build-llama-server.sh /build/"]);
+    expect(copies("node")).toEqual([]);
+    expect(copies("llama-server-pack")).toEqual([]);
+    expect(copies("llama-server")).toEqual(["COPY --from=llama-server-build / /build/"]);
+  });
+
+  it("takes the build from one stage that a build context of its name can replace, compilation and all", () => {
+    // What replaces it (scripts/image-build.sh's --build-context) is the folder the build script
+    // prints; so is what the stage holds, and nothing else reads the compilation.
+    expect(stages().get("llama-server-build")).toEqual(["FROM scratch AS llama-server-build", "COPY --from=llama-server-compile /out /"]);
+    expect(dockerfile).toMatch(/cp -a "\$dir"\/\. \/out\//);
+    const readers = [...stages()].filter(([, lines]) => lines.some((l) => /--from=llama-server-compile\b/.test(l))).map(([name]) => name);
+    expect(readers).toEqual(["llama-server-build"]);
   });
 
   it("copies the code after everything else into the final image", () => {
