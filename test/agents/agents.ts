@@ -196,11 +196,32 @@ async function tasks(world: World): Promise<Task[]> {
   const processed = new Map([...log.matchAll(/task (\d+) \| prompt eval time = +[\d.]+ ms \/ +(\d+) tokens/g)].map((m) => [m[1], Number(m[2])]));
   const generated = new Map([...log.matchAll(/task (\d+) \| +eval time = +[\d.]+ ms \/ +(\d+) tokens/g)].map((m) => [m[1], Number(m[2])]));
   // At release a slot holds the prompt and what was generated, less the last token (sampled, never decoded).
-  return [...log.matchAll(/task (\d+) \| stop processing: n_tokens = (\d+)/g)].flatMap((m) => {
-    const [task, held] = [m[1]!, Number(m[2])];
+  const logged = [...log.matchAll(/id +(\d+) \| task (\d+) \| stop processing: n_tokens = (\d+)/g)].flatMap((m) => {
+    const [slot, task, held] = [m[1]!, m[2]!, Number(m[3])];
     const made = generated.get(task);
-    return processed.has(task) && made !== undefined ? [{ processed: processed.get(task)!, generated: made, prompt: held - made + 1 }] : [];
+    return processed.has(task) && made !== undefined ? [{ slot, processed: processed.get(task)!, generated: made, prompt: held - made + 1 }] : [];
   });
+  return withPrefills(logged);
+}
+
+/**
+ * Tasks with each leader's prefill folded into its request: a prefill (a conversation's start
+ * processed alone, src/inference/prefill.ts) is a task of its own in the log, generating nothing,
+ * followed on its slot by its request with the same prompt; the request's answer counts what the
+ * prefill processed as its own (and the ledger, one request).
+ */
+function withPrefills(logged: (Task & { slot: string })[]): Task[] {
+  const out: Task[] = [];
+  for (let at = 0; at < logged.length; at++) {
+    const task = logged[at]!;
+    // The slot's next task (other slots' may be logged between them).
+    const after = logged.findIndex((other, index) => index > at && other.slot === task.slot);
+    const next = after === -1 ? undefined : logged[after]!;
+    const prefill = next !== undefined && task.generated <= 1 && next.prompt === task.prompt;
+    if (prefill) logged[after] = { ...next, processed: next.processed + task.processed };
+    else out.push({ processed: task.processed, generated: task.generated, prompt: task.prompt });
+  }
+  return out;
 }
 
 type Ledger = { requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
