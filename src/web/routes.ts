@@ -32,6 +32,7 @@ const ASSETS: Record<string, string> = {
   "app.js": "text/javascript; charset=utf-8",
   "common.js": "text/javascript; charset=utf-8",
   "loads.js": "text/javascript; charset=utf-8",
+  "sessions.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
 };
 
