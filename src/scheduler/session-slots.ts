@@ -63,7 +63,7 @@ export class SessionSlots {
     return {
       slots: this.table.view().map((s) => ({ busy: s.busy, ...holderOf(s) })),
       parked: this.table.parkedSessions().map((named) => {
-        const { key, name } = unnamed(named);
+        const { key, name } = keyAndName(named);
         return { key, session: name };
       }),
     };
@@ -115,18 +115,18 @@ export class SessionSlots {
 }
 
 /** A name the table keeps (`caller NUL name`, see SessionSlots.place) as its key and name. */
-function unnamed(named: string): { key: string; name: string } {
+function keyAndName(named: string): { key: string; name: string } {
   const at = named.indexOf("\u0000");
   return { key: named.slice(0, at), name: named.slice(at + 1) };
 }
 
 function holderOf(slot: Readonly<SlotState>): { holder?: SlotHolder } {
   if (slot.session !== undefined) {
-    const { key, name } = unnamed(slot.session);
+    const { key, name } = keyAndName(slot.session);
     return { holder: { key, session: name } };
   }
   if (slot.opening !== undefined) {
-    const { key, name } = unnamed(slot.opening);
+    const { key, name } = keyAndName(slot.opening);
     return { holder: { key, opening: name } };
   }
   return slot.prefix !== undefined ? { holder: { start: true } } : {};
