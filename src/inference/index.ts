@@ -17,7 +17,7 @@ import { fitRoutes } from "./fit.ts";
 import { createMetrics } from "./metrics.ts";
 import { inferenceRoutes, type InferenceDeps } from "./routes.ts";
 import { createMediaInliner } from "./media/fetch.ts";
-import { openLedger } from "./usage/ledger.ts";
+import { openLedger, type Ledger } from "./usage/ledger.ts";
 import { createMeter } from "./usage/meter.ts";
 import { usageFamilies } from "./usage/metrics.ts";
 import { usageRoutes } from "./usage/routes.ts";
@@ -38,7 +38,8 @@ import { badRequest } from "../http/errors.ts";
 const REMOTE_MEDIA_LIMITS = { maxBytes: 10 * 1024 * 1024, timeoutMs: 10_000 };
 
 /** `deps` serve the dialects' routes, which forward through the same checks, scheduler and metrics. */
-export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; loads: Loads; engines: Engines; stop(): Promise<void> };
+/** `usage`: the usage ledger's rows (the status page's sessions view shows the day's). */
+export type Inference = { routes: Route[]; deps: InferenceDeps; scheduler: Scheduler; settings: SettingsStore; slotCache?: SlotCache; loads: Loads; engines: Engines; usage: Pick<Ledger, "rows">; stop(): Promise<void> };
 
 export function createInference(
   config: Config["inference"],
@@ -133,7 +134,7 @@ export function createInference(
     await scheduler.stopAll();
     await ledger.flush();
   };
-  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), loads, engines, stop };
+  return { routes, deps, scheduler, settings, ...(slotCache ? { slotCache } : {}), loads, engines, usage: ledger, stop };
 }
 
 /**

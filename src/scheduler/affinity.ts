@@ -181,4 +181,9 @@ export class SlotTable {
   view(): readonly Readonly<SlotState>[] {
     return this.slots;
   }
+
+  /** The sessions whose slot this table gave away, longest parked first (those parked elsewhere are the folder's). */
+  parkedSessions(): string[] {
+    return [...this.parked];
+  }
 }

@@ -86,6 +86,19 @@ export type SchedulerObserver = {
   waitingForRoom?(model: string, mode: Mode, waiting: number): void;
 };
 
+/**
+ * Whose conversation a runner's slot holds, by the slot table: a key's session (its name as the
+ * client sent it), a key's anonymous conversation (its opening's digest), or only a start no one
+ * named (what a session left behind when it moved, or a prompt with no message after its start).
+ */
+export type SlotHolder = { key: string; session: string } | { key: string; opening: string } | { start: true };
+
+/** A runner's slots (busy: a request placed there runs now) and the sessions it parked, per key. */
+export type SlotsView = { slots: { busy: boolean; holder?: SlotHolder }[]; parked: { key: string; session: string }[] };
+
+/** A runner (as `runners()` lists it) and its slot table. */
+export type RunnerSlots = { model: string; mode: Mode; state: RunnerState } & SlotsView;
+
 export type RunnerInfo = {
   model: string;
   modelId: string;
@@ -121,6 +134,8 @@ export interface Scheduler {
    */
   pin(model: ModelRef, mode: Mode): Promise<void>;
   runners(): RunnerInfo[];
+  /** Each runner's slots and parked sessions (in `runners()`' order), for the status page: apart, as they are longer to make. */
+  slotTables(): RunnerSlots[];
   /**
    * Moves the model's loaded runner to the build `engineFor` names now, never cutting a request: a
    * runner on the new build loads beside it and takes over once ready, the old one finishing what

@@ -5,6 +5,7 @@ import { watchRunner, type Watchdog } from "./watchdog.ts";
 import type { Lease } from "./lease.ts";
 import { FairQueue, type Turn } from "./fair-queue.ts";
 import type { RunnerOptions } from "./runner-options.ts";
+import type { SlotsView } from "./api.ts";
 import { SessionSlots } from "./session-slots.ts";
 
 export type { Lease, RunnerOptions };
@@ -84,6 +85,11 @@ export class Runner {
   /** Requests holding a slot now. */
   get inUse(): number {
     return this.slots.inUse;
+  }
+
+  /** Its slots and the sessions it parked (see session-slots.ts). */
+  get slotTable(): SlotsView {
+    return this.slots.view();
   }
 
   /** How long it stays loaded once idle, as last asked for (see `keepFor`). */

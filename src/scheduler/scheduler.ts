@@ -195,6 +195,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       (await this.acquire(model, mode)).release();
     },
     runners: () => roster.all().map(info),
+    slotTables: () => roster.all().map((r) => ({ model: r.options.model, mode: r.options.mode, state: r.state, ...r.slotTable })),
     async memory() {
       const budget = (await deps.memory?.())?.budget;
       if (!budget) return undefined;

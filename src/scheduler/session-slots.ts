@@ -1,4 +1,5 @@
-import { SlotTable, type Placement } from "./affinity.ts";
+import { SlotTable, type Placement, type SlotState } from "./affinity.ts";
+import type { SlotHolder, SlotsView } from "./api.ts";
 import { SHARED_WINDOW_MS, type Turn } from "./fair-queue.ts";
 import { createLease, type Lease, type LeaseSlot } from "./lease.ts";
 import { PrefixCopies } from "./prefix-copies.ts";
@@ -57,6 +58,17 @@ export class SessionSlots {
     return new Map(this.table.view().flatMap((s, slot) => (s.session === undefined ? [] : [[slot, s.session] as const])));
   }
 
+  /** The slots and parked sessions with the key each is named under (see `place`), for the status page. */
+  view(): SlotsView {
+    return {
+      slots: this.table.view().map((s) => ({ busy: s.busy, ...holderOf(s) })),
+      parked: this.table.parkedSessions().map((named) => {
+        const { key, name } = keyAndName(named);
+        return { key, session: name };
+      }),
+    };
+  }
+
   /** Requests holding a slot now. */
   get inUse(): number {
     return this.#inUse;
@@ -100,4 +112,22 @@ export class SessionSlots {
     copies.lead(where.slot);
     return { ...prepared, prefilled: (signal) => copies.prefilled(where.slot, signal) };
   }
+}
+
+/** A name the table keeps (`caller NUL name`, see SessionSlots.place) as its key and name. */
+function keyAndName(named: string): { key: string; name: string } {
+  const at = named.indexOf("\u0000");
+  return { key: named.slice(0, at), name: named.slice(at + 1) };
+}
+
+function holderOf(slot: Readonly<SlotState>): { holder?: SlotHolder } {
+  if (slot.session !== undefined) {
+    const { key, name } = keyAndName(slot.session);
+    return { holder: { key, session: name } };
+  }
+  if (slot.opening !== undefined) {
+    const { key, name } = keyAndName(slot.opening);
+    return { holder: { key, opening: name } };
+  }
+  return slot.prefix !== undefined ? { holder: { start: true } } : {};
 }

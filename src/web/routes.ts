@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import type { IRequest } from "itty-router";
 import { notFound } from "../http/errors.ts";
 import type { ReportError } from "../http/request-errors.ts";
+import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
 import { pushStream } from "../http/stream.ts";
 import type { Route } from "../http/router.ts";
 import { liveState, type StateDeps } from "./state.ts";
@@ -17,6 +18,8 @@ export type WebDeps = StateDeps & {
   ending?: AbortSignal;
   /** Where an events stream whose state cannot be read reports it (logged with its request, counted). */
   report?: ReportError;
+  /** Whom a request speaks for: the state shows a key its own sessions and tokens (an admin every key's). */
+  identify?: (request: Request) => Caller;
 };
 
 /** How often the state is looked at for changes; a change is sent once, the same state never twice. */
@@ -29,6 +32,7 @@ const ASSETS: Record<string, string> = {
   "app.js": "text/javascript; charset=utf-8",
   "common.js": "text/javascript; charset=utf-8",
   "loads.js": "text/javascript; charset=utf-8",
+  "sessions.js": "text/javascript; charset=utf-8",
   "style.css": "text/css; charset=utf-8",
 };
 
@@ -60,12 +64,12 @@ function failedEvent(id: string | undefined): string {
  * cannot be read (the store's index) ends the stream with an `error` event: the page reconnects
  * after a while (`retry`).
  */
-function events(deps: StateDeps, until: AbortSignal, failed: (error: unknown) => string): ReadableStream<Uint8Array> {
+function events(deps: StateDeps, caller: Caller, until: AbortSignal, failed: (error: unknown) => string): ReadableStream<Uint8Array> {
   let last = "";
   return pushStream(
     (out) => {
       const look = () =>
-        liveState(deps).then((state) => {
+        liveState(deps, caller).then((state) => {
           const text = JSON.stringify(state);
           if (text === last) return;
           last = text;
@@ -81,17 +85,18 @@ function events(deps: StateDeps, until: AbortSignal, failed: (error: unknown) =>
 }
 
 export function webRoutes(deps: WebDeps): Route[] {
+  const callerOf = (request: Request) => deps.identify?.(request) ?? LOCAL_CALLER;
   return [
     { method: "GET", path: "/", handle: (request: IRequest) => (wantsPage(request) ? asset("index.html") : deps.notBrowser(request)) },
     { method: "GET", path: "/web/:file", handle: (request: IRequest) => asset(String(request.params.file)) },
-    { method: "GET", path: "/engines/state", handle: async () => Response.json(await liveState(deps)) },
+    { method: "GET", path: "/engines/state", handle: async (request: IRequest) => Response.json(await liveState(deps, callerOf(request))) },
     {
       method: "GET",
       path: "/engines/events",
       handle: (request: IRequest) => {
         const until = deps.ending ? AbortSignal.any([request.signal, deps.ending]) : request.signal;
         const failed = (error: unknown) => failedEvent(deps.report?.(error, request));
-        return new Response(events(deps, until, failed), {
+        return new Response(events(deps, callerOf(request), until, failed), {
           headers: { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" },
         });
       },

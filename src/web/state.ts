@@ -1,11 +1,15 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { UsageFilter, UsageRow } from "../inference/usage/ledger.ts";
+import { LOCAL_CALLER, type Caller } from "../keys/keyring.ts";
 import type { PullStatus, StoredModel } from "../models/index.ts";
-import type { RunnerInfo } from "../scheduler/scheduler.ts";
+import type { RunnerInfo, RunnerSlots } from "../scheduler/api.ts";
 import { keepAliveMs } from "../scheduler/policy.ts";
+import { sessionsState } from "./sessions.ts";
 
-// The live state the page's overview shows and `GET /engines/events` streams: runners, the models
-// in the store and the pulls in progress, in one JSON object.
+// The live state the page's views show and `GET /engines/events` streams: runners, the models in
+// the store, the pulls in progress, and the agent sessions on the runners' slots, in one JSON
+// object, as the caller may see it (sessions.ts).
 
 export type StateDeps = {
   runners: () => RunnerInfo[];
@@ -17,6 +21,12 @@ export type StateDeps = {
   engineEvents?: () => unknown[];
   /** The sidecar's pid files (`<id12>-<mode>-<serial>.pid`), for the runners' memory. */
   runDir: string;
+  /** The runners' slot tables (the scheduler's `slotTables`), for the sessions view. */
+  slotTables?: () => RunnerSlots[];
+  /** The usage ledger's rows, for the sessions view's tokens. */
+  usage?: (filter: UsageFilter) => UsageRow[];
+  /** The clock (epoch ms) that says which day's tokens are shown. */
+  now?: () => number;
 };
 
 export type LiveState = Awaited<ReturnType<typeof liveState>>;
@@ -31,7 +41,8 @@ export function unloadsAt(r: Pick<RunnerInfo, "inUse" | "waiting" | "lastUsed" |
   return Number.isFinite(ms) ? r.lastUsed + ms : null;
 }
 
-export async function liveState(deps: StateDeps) {
+/** The live state as `caller` may see it (the sessions view: its own, or every key's for an admin). */
+export async function liveState(deps: StateDeps, caller: Caller = LOCAL_CALLER) {
   const memory = await runnerMemory(deps.runDir);
   const runners = deps.runners().map((r) => ({
     model: r.model,
@@ -53,7 +64,9 @@ export async function liveState(deps: StateDeps) {
     parameters: m.config.parameters ?? null,
     quantization: m.config.quantization ?? null,
   }));
-  return { runners, models, pulls: deps.pulls(), loads: deps.loads?.() ?? null, engine_events: deps.engineEvents?.() ?? [] };
+  const day = new Date(deps.now?.() ?? Date.now()).toISOString().slice(0, 10);
+  const sessions = sessionsState(deps.slotTables?.() ?? [], deps.usage?.({ day }) ?? [], day, caller);
+  return { runners, models, pulls: deps.pulls(), loads: deps.loads?.() ?? null, engine_events: deps.engineEvents?.() ?? [], sessions };
 }
 
 /**

@@ -67,8 +67,8 @@ describe("requests for models that do not exist", () => {
 
     const usage = await ask(target, "GET", "/engines/usage?by=key,model", undefined, as(KEYS.alice));
     expect(usage.json().data).toEqual([
-      { key: "alice", model: "(unknown)", requests: NAMES, prompt_tokens: 0, completion_tokens: 0, errors: NAMES },
-      { key: "bob", model: "(unknown)", requests: NAMES, prompt_tokens: 0, completion_tokens: 0, errors: NAMES },
+      { key: "alice", model: "(unknown)", requests: NAMES, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, errors: NAMES },
+      { key: "bob", model: "(unknown)", requests: NAMES, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, errors: NAMES },
     ]);
     expect(usage.body.length).toBeLessThan(1024);
 

@@ -27,7 +27,7 @@ describe("the ledger", () => {
     const path = join(dir, "usage.json");
     let day = new Date("2026-01-01T23:59:00Z");
     const ledger = openLedger(path, LEDGER_BOUNDS, () => day);
-    ledger.add("alice", "ai/a", { requests: 1, prompt_tokens: 5, completion_tokens: 3 });
+    ledger.add("alice", "ai/a", { requests: 1, prompt_tokens: 5, cached_tokens: 4, completion_tokens: 3 });
     ledger.add("alice", "ai/a", { requests: 1, errors: 1 });
     day = new Date("2026-01-02T00:01:00Z");
     ledger.add("alice", "ai/a", { requests: 1, prompt_tokens: 2 });
@@ -36,14 +36,22 @@ describe("the ledger", () => {
     expect(readdirSync(dir)).toEqual(["usage.json"]); // no temporary file left
     const again = openLedger(path, LEDGER_BOUNDS);
     expect(again.rows({ key: "alice" })).toEqual([
-      { day: "2026-01-01", key: "alice", model: "ai/a", requests: 2, prompt_tokens: 5, completion_tokens: 3, errors: 1 },
-      { day: "2026-01-02", key: "alice", model: "ai/a", requests: 1, prompt_tokens: 2, completion_tokens: 0, errors: 0 },
+      { day: "2026-01-01", key: "alice", model: "ai/a", requests: 2, prompt_tokens: 5, cached_tokens: 4, completion_tokens: 3, errors: 1 },
+      { day: "2026-01-02", key: "alice", model: "ai/a", requests: 1, prompt_tokens: 2, cached_tokens: 0, completion_tokens: 0, errors: 0 },
     ]);
     expect(again.rows({ since: "2026-01-02" }).map((r) => r.key)).toEqual(["alice", "bob"]);
     expect(totals(again.rows(), ["key"])).toEqual([
-      { key: "alice", requests: 3, prompt_tokens: 7, completion_tokens: 3, errors: 1 },
-      { key: "bob", requests: 1, prompt_tokens: 0, completion_tokens: 0, errors: 0 },
+      { key: "alice", requests: 3, prompt_tokens: 7, cached_tokens: 4, completion_tokens: 3, errors: 1 },
+      { key: "bob", requests: 1, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, errors: 0 },
     ]);
+  });
+
+  it("a file written before cached tokens were counted reads them as 0", () => {
+    const dir = folder();
+    const path = join(dir, "usage.json");
+    const old = { day: "2026-01-01", key: "alice", model: "ai/a", requests: 1, prompt_tokens: 5, completion_tokens: 3, errors: 0 };
+    writeFileSync(path, JSON.stringify({ version: 1, rows: [old] }));
+    expect(openLedger(path, LEDGER_BOUNDS, () => new Date("2026-01-01T12:00:00Z")).rows()).toEqual([{ ...old, cached_tokens: 0 }]);
   });
 
   it("a file it cannot read is moved aside and counting starts afresh", () => {
@@ -77,7 +85,7 @@ describe("the ledger's bounds", () => {
 
   it("a file read at start is held to the bounds, its oldest days first, and written so", async () => {
     const path = join(folder(), "usage.json");
-    const row = (d: string, key: string) => ({ day: d, key, model: "m", requests: 1, prompt_tokens: 0, completion_tokens: 0, errors: 0 });
+    const row = (d: string, key: string) => ({ day: d, key, model: "m", requests: 1, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, errors: 0 });
     // Out of order on disk: the oldest is still the first to go.
     writeFileSync(path, JSON.stringify({ version: 1, rows: [row("2026-01-09", "c"), row("2025-01-01", "old"), row("2026-01-08", "b"), row("2026-01-07", "a")] }));
     const now = () => day(10);
@@ -96,10 +104,12 @@ describe("the ledger's bounds", () => {
 
 describe("tokens from an answer's text", () => {
   it.each([
-    ["timings (chat, completions, Responses)", '{"usage":{"prompt_tokens":9},"timings":{"cache_n":4,"prompt_n":5,"predicted_n":7}}', { prompt: 9, completion: 7 }],
-    ["OpenAI usage (embeddings)", '{"data":[],"usage":{"prompt_tokens":12,"total_tokens":12}}', { prompt: 12, completion: 0 }],
-    ["Anthropic, cached apart", '{"usage":{"cache_read_input_tokens":3,"input_tokens":4,"output_tokens":2}}', { prompt: 7, completion: 2 }],
-    ["an Anthropic stream: head and tail", 'data: {"type":"message_start","message":{"usage":{"cache_read_input_tokens":0,"input_tokens":6,"output_tokens":0}}}\n...\ndata: {"type":"message_delta","usage":{"output_tokens":5}}', { prompt: 6, completion: 5 }],
-    ["nothing", "data: [DONE]", { prompt: 0, completion: 0 }],
+    ["timings (chat, completions, Responses)", '{"usage":{"prompt_tokens":9},"timings":{"cache_n":4,"prompt_n":5,"predicted_n":7}}', { prompt: 9, cached: 4, completion: 7 }],
+    ["OpenAI usage (embeddings)", '{"data":[],"usage":{"prompt_tokens":12,"total_tokens":12}}', { prompt: 12, cached: 0, completion: 0 }],
+    ["OpenAI usage, cached apart", '{"usage":{"prompt_tokens":12,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":8}}}', { prompt: 12, cached: 8, completion: 3 }],
+    ["Responses usage, cached apart", '{"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":8},"output_tokens":3}}', { prompt: 12, cached: 8, completion: 3 }],
+    ["Anthropic, cached apart", '{"usage":{"cache_read_input_tokens":3,"input_tokens":4,"output_tokens":2}}', { prompt: 7, cached: 3, completion: 2 }],
+    ["an Anthropic stream: head and tail", 'data: {"type":"message_start","message":{"usage":{"cache_read_input_tokens":0,"input_tokens":6,"output_tokens":0}}}\n...\ndata: {"type":"message_delta","usage":{"output_tokens":5}}', { prompt: 6, cached: 0, completion: 5 }],
+    ["nothing", "data: [DONE]", { prompt: 0, cached: 0, completion: 0 }],
   ])("%s", (_name, text, counts) => expect(tokenCounts(text)).toEqual(counts));
 });

@@ -42,7 +42,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-type Row = { day: string; key: string; model: string; requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
+type Row = { day: string; key: string; model: string; requests: number; prompt_tokens: number; cached_tokens: number; completion_tokens: number; errors: number };
 const usageOf = async (key: string, query = "") => {
   const answer = await ask(tcp, "GET", `/engines/usage${query}`, undefined, as(key));
   expect(answer.status).toBe(200);
@@ -57,7 +57,7 @@ async function added(model: string, send: () => Promise<Answer>): Promise<Row> {
   expect(answer.status, answer.body).toBe(200);
   const after = await totalOf("alice", model);
   const delta = { ...after };
-  for (const field of ["requests", "prompt_tokens", "completion_tokens", "errors"] as const) delta[field] = after[field] - before[field];
+  for (const field of ["requests", "prompt_tokens", "cached_tokens", "completion_tokens", "errors"] as const) delta[field] = after[field] - before[field];
   return delta;
 }
 
@@ -97,6 +97,20 @@ describe("usage per key and model, in every dialect", () => {
     const { input_tokens, cache_read_input_tokens = 0 } = start.message.usage;
     expect(delta.prompt_tokens).toBeGreaterThan(0);
     expect(delta.prompt_tokens).toBe(input_tokens + cache_read_input_tokens);
+  });
+
+  it("a returning turn: the part of its prompt read from the runner's cache is counted apart, as cached", async () => {
+    const session = { ...chat, messages: [{ role: "system", content: "You answer briefly." }, ...chat.messages], user: "usage-returning" };
+    expect((await post("/v1/chat/completions", session)()).status).toBe(200);
+    let timings = { prompt_n: 0, cache_n: 0 };
+    const again = { ...session, messages: [...session.messages, { role: "assistant", content: "Hello." }, { role: "user", content: "And then?" }] };
+    const delta = await added(MODEL, async () => {
+      const answer = await post("/v1/chat/completions", again)();
+      timings = answer.json().timings;
+      return answer;
+    });
+    expect(timings.cache_n).toBeGreaterThan(0);
+    expect([delta.prompt_tokens, delta.cached_tokens]).toEqual([timings.prompt_n + timings.cache_n, timings.cache_n]);
   });
 
   it("embeddings count their input tokens", async () => {
@@ -158,6 +172,7 @@ describe("who sees what", () => {
     const metrics = (await ask(tcp, "GET", "/metrics", undefined, as(KEYS.alice))).body;
     expect(metrics).toMatch(/^llamadock_key_requests_total\{key="alice",model="ai\/tiny:latest"\} \d+$/m);
     expect(metrics).toMatch(/^llamadock_key_tokens_total\{key="alice",model="ai\/tiny:latest",kind="completion"\} \d+$/m);
+    expect(metrics).toMatch(/^llamadock_key_prompt_tokens_cached_total\{key="alice",model="ai\/tiny:latest"\} [1-9]\d*$/m);
     const usage = (await ask(tcp, "GET", "/engines/usage", undefined, as(KEYS.alice))).body;
     for (const key of Object.values(KEYS)) {
       expect(metrics).not.toContain(key);

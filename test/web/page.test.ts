@@ -152,4 +152,36 @@ describe("the page", () => {
     expect(await wholeLog()).toContain(followed);
     await shot("logs");
   });
+
+  it("sessions: the slot that holds a named session, by key and short id; the prompt tokens a returning turn read from cache, live", async () => {
+    await open("sessions");
+    // One turn of an agent's session (its start: a system prompt; its name: OpenAI's `user`), then a returning one.
+    const first = [{ role: "system", content: "You are a terse agent." }, { role: "user", content: "List the files." }];
+    const turn = async (messages: object[]) => {
+      const answer = await ask({ url: stack.url }, "POST", "/v1/chat/completions", { model: "ai/tiny", messages, user: "page-session-7f3a", max_tokens: 2, temperature: 0 });
+      expect(answer.status, answer.body).toBe(200);
+      return answer.json().timings as { prompt_n: number; cache_n: number };
+    };
+    await turn(first);
+    const slots = `#slot-tables .runner-slots[data-model="ai/tiny:latest"] tbody tr`;
+    await page.waitForFunction((rows) => [...document.querySelectorAll(rows)].some((r) => r.textContent === `${r.getAttribute("data-slot")}sessionlocalpage-sesidle`), {}, slots);
+    /** The cells of the day's row of the local key (no keys asked here) and ai/tiny. */
+    const tokenCells = () => page.$$eval("#tokens tbody tr", (rows) => [...(rows.find((r) => r.textContent!.startsWith("localai/tiny:latest"))?.children ?? [])].map((c) => c.textContent));
+    const before = Number((await tokenCells())[5] ?? 0);
+    const again = await turn([...first, { role: "assistant", content: "a b" }, { role: "user", content: "Open the first." }]);
+    expect(again.cache_n).toBeGreaterThan(0);
+    // The page shows it without a reload: the day's cached tokens grew by what the returning turn read from its slot.
+    await page.waitForFunction(
+      (n) => [...document.querySelectorAll("#tokens tbody tr")].some((r) => r.textContent!.startsWith("localai/tiny:latest") && Number(r.querySelector("td.cached")!.textContent) === n),
+      {},
+      before + again.cache_n,
+    );
+    const [key, model, requests, prompt, processed, cached, saved] = await tokenCells();
+    expect([key, model]).toEqual(["local", "ai/tiny:latest"]);
+    expect(Number(prompt)).toBe(Number(processed) + Number(cached));
+    expect(Number(requests)).toBeGreaterThan(1);
+    expect(saved).toMatch(/^[1-9]\d*%$/);
+    expect(await text(`#slot-tables .runner-slots[data-model="ai/tiny:latest"] .parked`)).toBe("Parked: none");
+    await shot("sessions");
+  });
 });

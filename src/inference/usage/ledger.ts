@@ -1,7 +1,8 @@
 import { readFileSync, renameSync } from "node:fs";
 import { writeFileAtomic } from "../../models/store/files.ts";
 
-// Usage per key name, model and day (UTC): requests, prompt and completion tokens, errors. Kept in
+// Usage per key name, model and day (UTC): requests, prompt and completion tokens (and the part of
+// the prompt's that llama-server took from its cache rather than processed), errors. Kept in
 // memory and written to one small JSON file at most once a second after a change, to a temporary
 // name and renamed over the old (a crash leaves the old or the new file, never half of one). A
 // restart reads it back: at most the last second's counts are lost with the process.
@@ -10,7 +11,8 @@ import { writeFileAtomic } from "../../models/store/files.ts";
 // the day changes (and at start), and past `maxRows` rows the oldest go first (rows are kept in
 // the order they were made, which is day order). What went is counted (`dropped`), not kept.
 
-export type UsageCounts = { requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
+/** `cached_tokens`: the part of `prompt_tokens` read from a slot's cache, not processed (the saving of a returning turn). */
+export type UsageCounts = { requests: number; prompt_tokens: number; cached_tokens: number; completion_tokens: number; errors: number };
 export type UsageRow = { day: string; key: string; model: string } & UsageCounts;
 export type UsageFilter = { key?: string; model?: string; day?: string; since?: string; until?: string };
 
@@ -37,7 +39,7 @@ const FILE_VERSION = 1;
 const WRITE_DELAY_MS = 1000;
 const DAY_MS = 86_400_000;
 
-const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 };
+const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, errors: 0 };
 
 /**
  * The ledger kept in `path`, read back from it once, at start (a missing file is an empty ledger;

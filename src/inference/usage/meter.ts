@@ -42,8 +42,8 @@ export function createMeter(ledger: Ledger, limiter: Limiter): Meter {
       const close = (ok: boolean, text: string) => {
         if (closed) return;
         closed = true;
-        const tokens = ok ? tokenCounts(text) : { prompt: 0, completion: 0 };
-        ledger.add(caller.name, model, { requests: 1, prompt_tokens: tokens.prompt, completion_tokens: tokens.completion, errors: ok ? 0 : 1 });
+        const tokens = ok ? tokenCounts(text) : { prompt: 0, cached: 0, completion: 0 };
+        ledger.add(caller.name, model, { requests: 1, prompt_tokens: tokens.prompt, cached_tokens: tokens.cached, completion_tokens: tokens.completion, errors: ok ? 0 : 1 });
         admitted.done(tokens.prompt + tokens.completion);
       };
       return {

@@ -29,6 +29,13 @@ export function usageFamilies(ledger: Ledger, limiter: Limiter, shows: ShowsKey)
       ]),
     },
     {
+      // Apart from llamadock_key_tokens_total's kinds, which add up to the tokens: these are part of its prompt ones.
+      name: "llamadock_key_prompt_tokens_cached_total",
+      type: "counter",
+      help: "Prompt tokens read from llama-server's cache rather than processed (part of llamadock_key_tokens_total's prompt), by API key name and model.",
+      lines: rows.map((r) => line("llamadock_key_prompt_tokens_cached_total", { key: r.key, model: r.model }, r.cached_tokens)),
+    },
+    {
       name: "llamadock_key_errors_total",
       type: "counter",
       help: "Inference requests answered with an error, by API key name and model.",

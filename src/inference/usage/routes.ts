@@ -41,4 +41,4 @@ export function usageRoutes(ledger: Ledger, identify: (request: Request) => Call
   return [{ method: "GET", path: "/engines/usage", handle: usage }];
 }
 
-const empty = () => ({ requests: 0, prompt_tokens: 0, completion_tokens: 0, errors: 0 });
+const empty = () => ({ requests: 0, prompt_tokens: 0, cached_tokens: 0, completion_tokens: 0, errors: 0 });

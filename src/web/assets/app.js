@@ -4,6 +4,7 @@
 
 import { $, api, bytes, duration, el, keyStore, lines, shortId } from "./common.js";
 import { renderLoads } from "./loads.js";
+import { renderSessions } from "./sessions.js";
 
 // ---- views ------------------------------------------------------------------------------------
 
@@ -260,6 +261,7 @@ async function live() {
           state = JSON.parse(data);
           data = "";
           renderOverview();
+          renderSessions(state);
           renderModels();
         }
       }
