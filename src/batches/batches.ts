@@ -370,6 +370,8 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
     /** No line starts after this; resolves once the lines running have ended, or after `graceMs`. */
     async stop(graceMs: number): Promise<void> {
       stopping.abort();
+      // The read at start writes its folder (and removes expired batches): a stop right after start waits for it.
+      await loaded.catch(() => {});
       clearInterval(sweeper);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));

@@ -87,7 +87,7 @@ export function createInference(
     firstSerial: Date.now(),
   });
   // Finds the binary and ends runners a previous run left behind, before the first request needs it.
-  void launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
+  const readied = launcher.ready().catch((error: Error) => console.error(`llama-server is not usable yet: ${error.message}`));
   const deps: InferenceDeps = {
     store,
     scheduler,
@@ -131,6 +131,8 @@ export function createInference(
     ...fitRoutes({ store, scheduler }),
   ];
   const stop = async () => {
+    // What start began writes in the runtime folder: a stop right after start waits for it.
+    await readied;
     await scheduler.stopAll();
     await ledger.flush();
   };
