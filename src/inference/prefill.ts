@@ -19,15 +19,27 @@ export function prefillBody(body: Uint8Array<ArrayBuffer>): Uint8Array<ArrayBuff
   return encoder.encode(JSON.stringify({ ...rest, n_predict: 0 }));
 }
 
-/** The prompt tokens a prefill's answer says it processed (0 when it says nothing of them). */
+/**
+ * The prompt tokens a prefill's answer says it processed (0 when it says nothing of them): its
+ * `timings`, or, where the endpoint answers without them (llama-server's Responses API), its usage
+ * less the part read from the cache.
+ */
 export function processedBy(answer: Uint8Array): number {
   try {
     const json = JSON.parse(utf8.decode(answer)) as Json;
-    const processed = isObject(json.timings) ? json.timings.prompt_n : undefined;
+    const processed = isObject(json.timings) ? json.timings.prompt_n : isObject(json.usage) ? uncached(json.usage) : undefined;
     return typeof processed === "number" && processed > 0 ? processed : 0;
   } catch {
     return 0;
   }
+}
+
+/** A usage's prompt tokens not read from the cache (chat's names, or the Responses API's). */
+function uncached(usage: Json): number | undefined {
+  const prompt = usage.prompt_tokens ?? usage.input_tokens;
+  const details = usage.prompt_tokens_details ?? usage.input_tokens_details;
+  const cached = isObject(details) && typeof details.cached_tokens === "number" ? details.cached_tokens : 0;
+  return typeof prompt === "number" ? prompt - cached : undefined;
 }
 
 /** `count` less what the prefill processed, never below 0; and how many were moved. */

@@ -218,7 +218,8 @@ function withPrefills(logged: (Task & { slot: string })[]): Task[] {
     const after = logged.findIndex((other, index) => index > at && other.slot === task.slot);
     const next = after === -1 ? undefined : logged[after]!;
     const prefill = next !== undefined && task.generated <= 1 && next.prompt === task.prompt;
-    if (prefill) logged[after] = { ...next, processed: next.processed + task.processed };
+    // The request processes its prompt's last token again (llama-server evaluates at least one): counted once.
+    if (prefill) logged[after] = { ...next, processed: Math.min(next.prompt, next.processed + task.processed) };
     else out.push({ processed: task.processed, generated: task.generated, prompt: task.prompt });
   }
   return out;

@@ -15,6 +15,9 @@ describe("a leader's prefill", () => {
 
   it("reads what it processed from its answer's timings", () => {
     expect(processedBy(bytes({ timings: { prompt_n: 4021, cache_n: 0 } }))).toBe(4021);
+    // llama-server's Responses API answers without timings: its usage says it.
+    expect(processedBy(bytes({ object: "response", usage: { input_tokens: 4021, input_tokens_details: { cached_tokens: 1 }, output_tokens: 0 } }))).toBe(4020);
+    expect(processedBy(bytes({ usage: { prompt_tokens: 30, prompt_tokens_details: { cached_tokens: 10 } } }))).toBe(20);
     expect(processedBy(bytes("not json"))).toBe(0);
   });
 
