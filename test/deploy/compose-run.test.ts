@@ -171,10 +171,14 @@ describe.skipIf(!usable && !inCi)("deploy/compose.yaml, run with podman-compose"
         last.set(name, turn);
         return turn;
       }
-      /** Processed only what the turn added: the whole conversation before it came from a slot, in place or restored. */
+      /**
+       * Processed only what the turn added: the whole conversation before it came from a slot, in
+       * place or restored (a conversation restored from its file was seen to give one token of it
+       * back, as in test/inference/affinity.test.ts's restart).
+       */
       const onlyNew = (turn: Turn, before: Turn, what: string) => {
         expect(turn.processed, `${what}: ${JSON.stringify(turn)}`).toBeLessThan(60);
-        expect(turn.cached, `${what}: ${JSON.stringify(turn)}`).toBeGreaterThanOrEqual(before.processed + before.cached);
+        expect(turn.cached, `${what}: ${JSON.stringify(turn)}`).toBeGreaterThanOrEqual(before.processed + before.cached - 1);
       };
       const parked = async (replica: string) => {
         const { stdout } = await podman.run(["exec", container(replica), "ls", "/models/slot-cache"]);

@@ -51,9 +51,10 @@ async function turn(replica: Replica, session: string, messages: object[]): Prom
 }
 
 /** Processed only its new tokens: its whole conversation came from a restored slot. */
+// A conversation restored from its file was seen to give one token of it back (as in test/inference/affinity.test.ts's restart).
 const onlyNew = (t: Timings, before: Timings) => {
   expect(t.prompt_n, JSON.stringify(t)).toBeLessThan(60);
-  expect(t.cache_n).toBeGreaterThanOrEqual(before.prompt_n + before.cache_n);
+  expect(t.cache_n).toBeGreaterThanOrEqual(before.prompt_n + before.cache_n - 1);
 };
 
 /** Parked entries in the shared slot-cache folder. */
