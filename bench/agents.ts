@@ -14,24 +14,27 @@ import { ourRunnerFetch, startDirectRunner } from "./direct-runner.ts";
 // (its own Messages and Responses endpoints), sides alternating, one shape at a time, in one run.
 // For each side and round: the prompt tokens its runner processed (llama-server's own count, its
 // /metrics `prompt_tokens_total`, before and after) against the ideal (the start once and each
-// session's own tokens in the opening round; in later rounds, what is new in each turn), and the
-// round's time; then the whole run's time, ours over llama-server's.
+// session's own tokens in the opening round; in later rounds, what each turn adds to the previous
+// prompt), and the round's time; then the whole run's time, ours over llama-server's, beside the
+// runner's own seconds spent processing prompts and generating (its /metrics, summed over slots):
+// the prompts' time is what keeping sessions on their slots can save, the answers' is not.
 //
-//   npm run bench:agents      BENCH_MODEL: wide (default: random weights 128 wide, 4 layers, a 65k
-//                             context, so that an 8k-token start takes seconds on two cores) or tiny;
+//   npm run bench:agents      BENCH_MODEL: wide (default: random weights BENCH_WIDTH (128) wide, 4 layers,
+//                             a 65k context, so that an 8k-token start takes seconds on two cores) or tiny;
 //                             BENCH_SHAPES (chat,messages,responses), BENCH_SESSIONS (6),
 //                             BENCH_SLOTS (4, the default), BENCH_TURNS (3), BENCH_ANSWER (200 tokens),
-//                             BENCH_PREFIX_CHARS (9000: about 8k tokens)
+//                             BENCH_PREFIX_CHARS (10500: about 8k tokens)
 
 const SHAPES = (process.env.BENCH_SHAPES ?? "chat,messages,responses").split(",") as Shape[];
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 6);
 const SLOTS = Number(process.env.BENCH_SLOTS ?? 4);
 const TURNS = Number(process.env.BENCH_TURNS ?? 3);
 const ANSWER = Number(process.env.BENCH_ANSWER ?? 200);
-const PREFIX_CHARS = Number(process.env.BENCH_PREFIX_CHARS ?? 9000);
+const PREFIX_CHARS = Number(process.env.BENCH_PREFIX_CHARS ?? 10500);
 const WIDE = (process.env.BENCH_MODEL ?? "wide") === "wide";
 const MODEL = "ai/agent";
-const SHAPE = WIDE ? wideChatModel({ width: 128, layers: 4, context: 65_536 }) : { vocabulary: "bpe" as const, seed: 1, context: 65_536 };
+const WIDTH = Number(process.env.BENCH_WIDTH ?? 128);
+const SHAPE = WIDE ? wideChatModel({ width: WIDTH, layers: 4, context: 65_536 }) : { vocabulary: "bpe" as const, seed: 1, context: 65_536 };
 
 type Shape = "chat" | "messages" | "responses";
 type Message = { role: "user" | "assistant"; content: string };
@@ -88,14 +91,18 @@ async function turn(fetchVia: typeof fetch, shape: Shape, session: string, begin
   return { turn: Number.isFinite(size) ? { size, generated } : undefined, answer };
 }
 
-type Side = { name: string; fetchVia: typeof fetch; processed(): Promise<number> };
-type Round = { processed: number; ms: number; turns: (Turn | undefined)[] };
+/** A runner's counters so far (llama-server's /metrics): prompt tokens processed, and seconds spent on prompts and on generating, summed over its slots. */
+type Counters = { processed: number; promptS: number; generated: number; generateS: number };
+type Side = { name: string; fetchVia: typeof fetch; counters(): Promise<Counters> };
+type Round = Counters & { ms: number; turns: (Turn | undefined)[] };
 
-/** Prompt tokens a runner has processed so far (llama-server's /metrics). */
-async function processedBy(fetchVia: typeof fetch): Promise<number> {
+async function countersOf(fetchVia: typeof fetch): Promise<Counters> {
   const text = await (await fetchVia("http://localhost/metrics")).text();
-  return Number(/llamacpp:prompt_tokens_total (\d+)/.exec(text)?.[1] ?? NaN);
+  const read = (name: string) => Number(new RegExp(`llamacpp:${name} ([\\d.e+]+)`).exec(text)?.[1] ?? NaN);
+  return { processed: read("prompt_tokens_total"), promptS: read("prompt_seconds_total"), generated: read("tokens_predicted_total"), generateS: read("tokens_predicted_seconds_total") };
 }
+
+const since = (now: Counters, before: Counters): Counters => ({ processed: now.processed - before.processed, promptS: now.promptS - before.promptS, generated: now.generated - before.generated, generateS: now.generateS - before.generateS });
 
 /** K sessions at once, T rounds: each session its own task text, growing its own history. */
 async function run(side: Side, shape: Shape, salt: string): Promise<Round[]> {
@@ -103,7 +110,7 @@ async function run(side: Side, shape: Shape, salt: string): Promise<Round[]> {
   const histories: Message[][] = Array.from({ length: SESSIONS }, () => []);
   const rounds: Round[] = [];
   for (let t = 0; t < TURNS; t++) {
-    const before = await side.processed();
+    const before = await side.counters();
     const began = performance.now();
     const turns = await Promise.all(
       histories.map(async (history, s) => {
@@ -114,7 +121,7 @@ async function run(side: Side, shape: Shape, salt: string): Promise<Round[]> {
       }),
     );
     const ms = performance.now() - began;
-    rounds.push({ processed: (await side.processed()) - before, ms, turns });
+    rounds.push({ ...since(await side.counters(), before), ms, turns });
   }
   return rounds;
 }
@@ -136,7 +143,9 @@ async function sharedTokens(fetchVia: typeof fetch, begin: Start): Promise<numbe
 /**
  * The ideal of each round, from the sizes our side reported (each dialect's exact count): the
  * opening round, the start once and each session's own tokens; a later round, what each turn adds
- * to the previous prompt and its answer (which the session's slot holds).
+ * to the previous prompt: the answer sent back and the next task. (The slot holds the answer as
+ * generated, but a random-weight model's text does not tokenize back to the tokens it generated:
+ * the answer is processed again from where they part, most of it.)
  */
 function ideals(rounds: Round[], shared: number): number[] {
   return rounds.map((round, t) =>
@@ -144,7 +153,7 @@ function ideals(rounds: Round[], shared: number): number[] {
       if (!now) return NaN;
       if (t === 0) return sum + now.size - shared;
       const before = rounds[t - 1]!.turns[s]!;
-      return sum + now.size - before.size - before.generated;
+      return sum + now.size - before.size;
     }, t === 0 ? shared : 0),
   );
 }
@@ -157,14 +166,14 @@ try {
   const direct = await startDirectRunner(stack, runtime);
   const ourRunner = ourRunnerFetch(stack, runtime);
   const sides: Side[] = [
-    { name: "llama-server", fetchVia: direct.fetchVia, processed: () => processedBy(direct.fetchVia) },
-    { name: "llamadock", fetchVia: viaUs, processed: () => processedBy(ourRunner) },
+    { name: "llama-server", fetchVia: direct.fetchVia, counters: () => countersOf(direct.fetchVia) },
+    { name: "llamadock", fetchVia: viaUs, counters: () => countersOf(ourRunner) },
   ];
   const lines: string[] = [];
   try {
     const shared = await sharedTokens(direct.fetchVia, start("k"));
     const load = (await import("node:os")).loadavg().map((l) => l.toFixed(1)).join(" ");
-    console.log(`model: ${WIDE ? "wide (128 wide, 4 layers, 65k context)" : "tiny (64 wide, 2 layers)"}; ${SLOTS} slots; ${SESSIONS} sessions of each shape; shared start ${shared} tokens; ${TURNS} turns of ${ANSWER} streamed tokens; load ${load}`);
+    console.log(`model: ${WIDE ? `wide (${WIDTH} wide, 4 layers, 65k context)` : "tiny (64 wide, 2 layers)"}; ${SLOTS} slots; ${SESSIONS} sessions of each shape; shared start ${shared} tokens; ${TURNS} turns of ${ANSWER} streamed tokens; load ${load}`);
     for (const [i, shape] of SHAPES.entries()) {
       const results: Record<string, Round[]> = {};
       // Alternating which side goes first; each side its own salt, so that neither finds the other's start.
@@ -172,14 +181,17 @@ try {
       const ideal = ideals(results.llamadock!, shared);
       for (const [name, rounds] of Object.entries(results)) {
         const perRound = rounds.map((r, t) => `${(r.processed / ideal[t]!).toFixed(2)}x in ${seconds(r.ms)}`).join(", ");
-        console.log(`${shape.padEnd(9)} ${name.padEnd(12)} rounds (prompt tokens processed / ideal, time): ${perRound}; total ${seconds(rounds.reduce((s, r) => s + r.ms, 0))}`);
+        const sum = (field: keyof Counters) => rounds.reduce((s, r) => s + r[field], 0);
+        const runner = `runner: prompts ${sum("promptS").toFixed(1)} s, ${sum("generated")} tokens generated in ${sum("generateS").toFixed(1)} s (slot-seconds)`;
+        console.log(`${shape.padEnd(9)} ${name.padEnd(12)} rounds (prompt tokens processed / ideal, time): ${perRound}; total ${seconds(rounds.reduce((s, r) => s + r.ms, 0))}; ${runner}`);
       }
       const [ours, theirs] = [results.llamadock!, results["llama-server"]!];
       const total = (rounds: Round[]) => rounds.reduce((s, r) => s + r.ms, 0);
+      const prompts = (rounds: Round[]) => rounds.reduce((s, r) => s + r.promptS, 0);
       const later = (rounds: Round[]) => rounds.slice(1).reduce((s, r) => s + r.processed, 0) / ideal.slice(1).reduce((a, b) => a + b, 0);
       lines.push(
         `${shape}: start processed ${(ours[0]!.processed / ideal[0]!).toFixed(2)}x the ideal (llama-server ${(theirs[0]!.processed / ideal[0]!).toFixed(2)}x); ` +
-          `later turns ${later(ours).toFixed(2)}x their new tokens (llama-server ${later(theirs).toFixed(2)}x); time ours/llama-server ${(total(ours) / total(theirs)).toFixed(2)}`,
+          `later turns ${later(ours).toFixed(2)}x their new tokens (llama-server ${later(theirs).toFixed(2)}x); time ours/llama-server ${(total(ours) / total(theirs)).toFixed(2)} (the runner's prompt seconds ${(prompts(ours) / prompts(theirs)).toFixed(2)})`,
       );
     }
   } finally {
