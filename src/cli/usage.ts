@@ -3,16 +3,17 @@ import { table } from "./format.ts";
 import type { ClientFor } from "./models.ts";
 
 // `llamadock usage`: requests, tokens and errors per key, model and day (GET /engines/usage). A key
-// sees its own; an admin key, or the Unix socket, sees every key's.
+// sees its own; an admin key, or the Unix socket, sees every key's. CACHED is the part of the prompt
+// tokens read from a slot's cache (what returning turns saved); rows kept before it was counted have 0.
 
-type Row = { day?: string; key?: string; model?: string; requests: number; prompt_tokens: number; completion_tokens: number; errors: number };
+type Row = { day?: string; key?: string; model?: string; requests: number; prompt_tokens: number; cached_tokens?: number; completion_tokens: number; errors: number };
 type Usage = { caller: string; data: Row[]; total: Row };
 
 const print = (text: string) => process.stdout.write(`${text}\n`);
 
 export function usageTable({ data, total }: Usage, by: string[]): string {
-  const headers = [...by.map((f) => f.toUpperCase()), "REQUESTS", "PROMPT TOKENS", "COMPLETION TOKENS", "ERRORS"];
-  const cells = (r: Row, lead: string[]) => [...lead, String(r.requests), String(r.prompt_tokens), String(r.completion_tokens), String(r.errors)];
+  const headers = [...by.map((f) => f.toUpperCase()), "REQUESTS", "PROMPT TOKENS", "CACHED", "COMPLETION TOKENS", "ERRORS"];
+  const cells = (r: Row, lead: string[]) => [...lead, String(r.requests), String(r.prompt_tokens), String(r.cached_tokens ?? 0), String(r.completion_tokens), String(r.errors)];
   const rows = data.map((r) => cells(r, by.map((f) => String(r[f as "day" | "key" | "model"] ?? ""))));
   if (by.length > 0) rows.push(cells(total, ["TOTAL", ...by.slice(1).map(() => "")]));
   return table(headers, rows);

@@ -184,7 +184,7 @@ describe("who sees what", () => {
   it("`llamadock usage` shows the table: every key's on the socket, one's own with a key over TCP", async () => {
     const onSocket = await llamadock(["usage", "--by", "key,model"], { MODEL_RUNNER_SOCK: stack.socket });
     expect(onSocket.code, onSocket.stderr).toBe(0);
-    expect(onSocket.stdout).toMatch(/^KEY\s+MODEL\s+REQUESTS\s+PROMPT TOKENS\s+COMPLETION TOKENS\s+ERRORS/);
+    expect(onSocket.stdout).toMatch(/^KEY\s+MODEL\s+REQUESTS\s+PROMPT TOKENS\s+CACHED\s+COMPLETION TOKENS\s+ERRORS/);
     expect(onSocket.stdout).toMatch(/^alice\s+ai\/tiny:latest\s+\d+/m);
     expect(onSocket.stdout).toMatch(/^dave\s+ai\/tiny:latest\s+1\s+/m);
     const dave = await llamadock(["usage", "--by", "key", "--json"], { MODEL_RUNNER_HOST: stack.url, MODEL_RUNNER_API_KEY: KEYS.dave });
