@@ -1,14 +1,14 @@
 import { randomBytes } from "node:crypto";
 import { Buffer } from "node:buffer";
-import { mkdir, readdir, readFile, stat, unlink } from "node:fs/promises";
+import { stat, unlink } from "node:fs/promises";
 import { join } from "node:path";
-import { HttpError } from "../http/errors.ts";
 import { writeFileAtomic } from "../models/store/files.ts";
 import type { FileRecord, FileStore } from "./files.ts";
 import { pastKeeping, type Keeping } from "./keep.ts";
-import { BATCH_FILES, overQuota, plus, type Quota, type ResultsRoom } from "./quota.ts";
+import { admitBatch, QuotaReached, type Quota, type ResultsRoom } from "./quota.ts";
 import { createTurns } from "./turns.ts";
-import { append, checkInput, doneIn, pendingLines, resultLine, type BatchEndpoint, type InputLine, type LineError, type ResultLine } from "./lines.ts";
+import { append, checkInput, doneIn, InputGone, pendingLines, resultLine, type InputLine, type ResultLine } from "./lines.ts";
+import { createdMs, FINISHED, keptIn, newBatch, type Batch, type BatchFields, type BatchStatus } from "./record.ts";
 
 // OpenAI's Batch API: a batch's lines run in the background, a few at a time, each as a request of
 // its owner's key in the runners' batch lane (served only while no interactive request waits, and
@@ -27,39 +27,6 @@ import { append, checkInput, doneIn, pendingLines, resultLine, type BatchEndpoin
 // while, and a key keeps its latest so many (keep.ts): older ones go, from memory and disk (their
 // output and error files stay the key's, on its quota, until it deletes them).
 
-export type BatchStatus = "validating" | "failed" | "in_progress" | "finalizing" | "completed" | "expired" | "cancelling" | "cancelled";
-
-export type Batch = {
-  id: string;
-  object: "batch";
-  endpoint: BatchEndpoint;
-  errors: { object: "list"; data: LineError[] } | null;
-  input_file_id: string;
-  completion_window: string;
-  status: BatchStatus;
-  output_file_id: string | null;
-  error_file_id: string | null;
-  created_at: number;
-  in_progress_at: number | null;
-  expires_at: number;
-  finalizing_at: number | null;
-  completed_at: number | null;
-  failed_at: number | null;
-  expired_at: number | null;
-  cancelling_at: number | null;
-  cancelled_at: number | null;
-  request_counts: { total: number; completed: number; failed: number };
-  metadata: Record<string, string> | null;
-  owner: string;
-  /** When it was created, in ms: the order batches take their turns in (records from before it have none). */
-  created_ms?: number;
-  /** When it ended, in ms: which of its key's ended batches are the latest (records from before it have none). */
-  ended_ms?: number;
-};
-
-/** What a batch's creator asks for. */
-export type BatchFields = { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null };
-
 /** Runs one line for `owner`: the status and JSON body of its answer. */
 export type RunLine = (line: InputLine, owner: string, signal: AbortSignal) => Promise<{ status: number; body: unknown }>;
 
@@ -74,28 +41,10 @@ export type BatchLimits = {
 
 /** Lines of one batch running at once: enough to fill free slots, few enough to wait politely. */
 const LINES_AT_ONCE = 2;
-const WINDOW_S = 24 * 3600;
 const SAVE_EVERY_MS = 1000;
-const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
 /** How often records past their keep are looked for (at most: a shorter keep, that often). */
 const SWEEP_EVERY_MS = 3600_000;
 
-export const shownBatch = ({ owner: _, created_ms: __, ended_ms: ___, ...batch }: Batch) => batch;
-const createdMs = (batch: Batch) => batch.created_ms ?? batch.created_at * 1000;
-
-/** The batch's input is not on disk any more (deleted, or its record lost): the batch fails. */
-class InputGone extends Error {
-  constructor(id: string) {
-    super(`the input file ${id} is gone (deleted while the batch had not read it all)`);
-  }
-}
-
-/** The batch's results found no room left on its key's file quota: it stops there. */
-class QuotaReached extends Error {
-  constructor(owner: string, maxBytes: number) {
-    super(`${owner} may keep ${maxBytes} bytes of files (KEY_MAX_FILE_BYTES): this batch's results reached that, and it stopped there; the results written are in its output and error files (a line whose result did not fit has none)`);
-  }
-}
 
 /** A file's size, 0 when it is not there. */
 const sizeOf = async (path: string) => (await stat(path).catch(() => undefined))?.size ?? 0;
@@ -269,12 +218,7 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
    * first. Every lookup waits for it.
    */
   const loaded = (async () => {
-    await mkdir(dir, { recursive: true });
-    const kept: Batch[] = [];
-    for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
-      kept.push(JSON.parse(await readFile(join(dir, name), "utf8")) as Batch);
-    }
-    kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
+    const kept = await keptIn(dir);
     for (const batch of kept) batches.set(batch.id, batch);
     lastCreatedMs = Math.max(0, ...kept.map(createdMs));
     for (const batch of kept.filter((b) => !FINISHED.includes(b.status))) {
@@ -285,45 +229,13 @@ export function createBatches(dir: string, files: FileStore, run: RunLine, limit
   })();
   loaded.catch((error: Error) => console.error(`batches: cannot resume (${error.message})`));
 
-  /** Refuses a batch past `owner`'s bound of batches not yet ended, or without room on its quota for what it will write. */
-  async function admit(owner: string, input: Pick<FileRecord, "bytes">): Promise<void> {
-    const open = [...batches.values()].filter((b) => b.owner === owner && !FINISHED.includes(b.status)).length;
-    if (limits.perKey > 0 && open >= limits.perKey) {
-      // A place frees when a batch ends (minutes to hours): OpenAI's clients, which retry a 429
-      // within seconds unless told not to, are told not to.
-      throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`, { "x-should-retry": "false" });
-    }
-    const full = overQuota(owner, plus(await quota.held(owner), { files: BATCH_FILES, bytes: input.bytes }), quota.limits, {}, "batch");
-    if (full) throw full;
-  }
-
   /** Creates the batch once admitted, with its room on its key's quota (in the key's turn). */
   async function admitted(owner: string, fields: BatchFields, input: Pick<FileRecord, "bytes">): Promise<Batch> {
-    await admit(owner, input);
+    const open = [...batches.values()].filter((b) => b.owner === owner && !FINISHED.includes(b.status)).length;
+    await admitBatch(quota, owner, { open, perKey: limits.perKey, inputBytes: input.bytes });
     // Strictly after the one before, so that two batches created in the same ms keep their order.
     lastCreatedMs = Math.max(Date.now(), lastCreatedMs + 1);
-    const created = Math.floor(lastCreatedMs / 1000);
-    const batch: Batch = {
-      id: `batch_${randomBytes(12).toString("hex")}`,
-      object: "batch",
-      ...fields,
-      errors: null,
-      status: "validating",
-      output_file_id: null,
-      error_file_id: null,
-      created_at: created,
-      in_progress_at: null,
-      expires_at: created + WINDOW_S,
-      finalizing_at: null,
-      completed_at: null,
-      failed_at: null,
-      expired_at: null,
-      cancelling_at: null,
-      cancelled_at: null,
-      request_counts: { total: 0, completed: 0, failed: 0 },
-      owner,
-      created_ms: lastCreatedMs,
-    };
+    const batch = newBatch(owner, fields, lastCreatedMs);
     batches.set(batch.id, batch);
     rooms.set(batch.id, quota.resultsRoom(owner, input.bytes));
     try {

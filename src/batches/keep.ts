@@ -1,4 +1,4 @@
-import type { Batch } from "./batches.ts";
+import type { Batch } from "./record.ts";
 
 // How long ended batches are kept, as a pure policy: a record is read back whole at start and held
 // in memory, so neither their age nor their number per key grows without bound. The latest are

@@ -142,3 +142,10 @@ export async function append(path: string, line: string): Promise<void> {
     await file.close();
   }
 }
+
+/** The batch's input is not on disk any more (deleted, or its record lost): the batch fails. */
+export class InputGone extends Error {
+  constructor(id: string) {
+    super(`the input file ${id} is gone (deleted while the batch had not read it all)`);
+  }
+}

@@ -139,3 +139,24 @@ export function createQuota(files: Pick<FileStore, "list">, limits: QuotaLimits)
 
   return { limits, turn, stored, holding, held, hold, resultsRoom };
 }
+
+/**
+ * Refuses a batch of `owner`, who has `open` batches not yet ended: past the bound of them
+ * (`perKey`, 0: none), or without room on its quota for what it will write.
+ */
+export async function admitBatch(quota: Quota, owner: string, { open, perKey, inputBytes }: { open: number; perKey: number; inputBytes: number }): Promise<void> {
+  if (perKey > 0 && open >= perKey) {
+    // A place frees when a batch ends (minutes to hours): OpenAI's clients, which retry a 429
+    // within seconds unless told not to, are told not to.
+    throw new HttpError(429, "rate_limit_error", "quota_exceeded", `this key has ${open} batches not yet ended, the most a key may have (BATCHES_PER_KEY): wait for one to end, or cancel one`, { "x-should-retry": "false" });
+  }
+  const full = overQuota(owner, plus(await quota.held(owner), { files: BATCH_FILES, bytes: inputBytes }), quota.limits, {}, "batch");
+  if (full) throw full;
+}
+
+/** A batch's results found no room left on its key's file quota: it stops there. */
+export class QuotaReached extends Error {
+  constructor(owner: string, maxBytes: number) {
+    super(`${owner} may keep ${maxBytes} bytes of files (KEY_MAX_FILE_BYTES): this batch's results reached that, and it stopped there; the results written are in its output and error files (a line whose result did not fit has none)`);
+  }
+}

@@ -2,7 +2,8 @@ import { appendFile, mkdtemp, readFile, rm, unlink, writeFile } from "node:fs/pr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createBatches, type Batch, type BatchLimits, type RunLine } from "../../src/batches/batches.ts";
+import { createBatches, type BatchLimits, type RunLine } from "../../src/batches/batches.ts";
+import type { Batch } from "../../src/batches/record.ts";
 import { nextTurn } from "../../src/batches/turns.ts";
 import { createFileStore, type FileStore } from "../../src/batches/files.ts";
 import { createQuota } from "../../src/batches/quota.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { Batch } from "../../src/batches/batches.ts";
+import type { Batch } from "../../src/batches/record.ts";
 import { endedMs, pastKeeping } from "../../src/batches/keep.ts";
 
 // Which ended batches' records go, as a pure policy (the engine drops them: engine.test.ts; through

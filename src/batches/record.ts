@@ -1,0 +1,88 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { BatchEndpoint, LineError } from "./lines.ts";
+
+// A batch's record, as OpenAI's Batch API shows it and as it is kept (`<id>.json`): its fields, the
+// ones only we keep (its owner, its times in ms), and a new one as created.
+
+export type BatchStatus = "validating" | "failed" | "in_progress" | "finalizing" | "completed" | "expired" | "cancelling" | "cancelled";
+
+export type Batch = {
+  id: string;
+  object: "batch";
+  endpoint: BatchEndpoint;
+  errors: { object: "list"; data: LineError[] } | null;
+  input_file_id: string;
+  completion_window: string;
+  status: BatchStatus;
+  output_file_id: string | null;
+  error_file_id: string | null;
+  created_at: number;
+  in_progress_at: number | null;
+  expires_at: number;
+  finalizing_at: number | null;
+  completed_at: number | null;
+  failed_at: number | null;
+  expired_at: number | null;
+  cancelling_at: number | null;
+  cancelled_at: number | null;
+  request_counts: { total: number; completed: number; failed: number };
+  metadata: Record<string, string> | null;
+  owner: string;
+  /** When it was created, in ms: the order batches take their turns in (records from before it have none). */
+  created_ms?: number;
+  /** When it ended, in ms: which of its key's ended batches are the latest (records from before it have none). */
+  ended_ms?: number;
+};
+
+/** What a batch's creator asks for. */
+export type BatchFields = { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null };
+
+/** How long a batch may take: OpenAI's one completion window. */
+const WINDOW_S = 24 * 3600;
+
+/** The statuses a batch ends in. */
+export const FINISHED: BatchStatus[] = ["failed", "completed", "expired", "cancelled"];
+
+/** A record as its API shows it: without what only we keep. */
+export const shownBatch = ({ owner: _, created_ms: __, ended_ms: ___, ...batch }: Batch) => batch;
+
+/** When it was created, in ms (a record from before `created_ms` was kept: its second). */
+export const createdMs = (batch: Batch) => batch.created_ms ?? batch.created_at * 1000;
+
+/** A new batch of `owner`, created at `createdMs`, validating. */
+export function newBatch(owner: string, fields: BatchFields, createdMs: number): Batch {
+  const created = Math.floor(createdMs / 1000);
+  return {
+    id: `batch_${randomBytes(12).toString("hex")}`,
+    object: "batch",
+    ...fields,
+    errors: null,
+    status: "validating",
+    output_file_id: null,
+    error_file_id: null,
+    created_at: created,
+    in_progress_at: null,
+    expires_at: created + WINDOW_S,
+    finalizing_at: null,
+    completed_at: null,
+    failed_at: null,
+    expired_at: null,
+    cancelling_at: null,
+    cancelled_at: null,
+    request_counts: { total: 0, completed: 0, failed: 0 },
+    owner,
+    created_ms: createdMs,
+  };
+}
+
+/** The records kept in `dir` (made if missing), oldest first: the order batches take their turns in. */
+export async function keptIn(dir: string): Promise<Batch[]> {
+  await mkdir(dir, { recursive: true });
+  const kept: Batch[] = [];
+  for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
+    kept.push(JSON.parse(await readFile(join(dir, name), "utf8")) as Batch);
+  }
+  return kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
+}
