@@ -1,15 +1,15 @@
-import { clientGone, HttpError } from "../http/errors.ts";
+import { HttpError } from "../http/errors.ts";
 import { withLeadingField } from "../http/body.ts";
 import { anySignal } from "../http/abort.ts";
 import { systemClock } from "../http/clock.ts";
 import { relay } from "../http/relay.ts";
-import { describe, runnerFailed } from "../scheduler/errors.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { RequestTimer } from "./latency.ts";
 import { requestTimedOut, type Bounds } from "./bounds.ts";
 import { KEY_HEADER } from "../slot-cache/per-key.ts";
 import { openingTooLong } from "./context-error.ts";
-import { countedAnswer, countedStream, prefillBody, processedBy } from "./prefill.ts";
+import { countedAnswer, countedStream, prefillBody, processedIn } from "./prefill.ts";
+import { failed, failure } from "./runner-failure.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -20,16 +20,6 @@ const HOP_BY_HOP = ["connection", "keep-alive", "transfer-encoding", "content-en
 
 /** Statuses whose answers have no body (a Response refuses one, even empty). */
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
-
-/** How long to wait for a dead runner's exit reason (its pipes drain) before answering without it. */
-const EXIT_REASON_WAIT_MS = 1000;
-
-/**
- * How long a runner that still seems to run has to show that it died: a killed runner's sockets
- * close as it dies, and our process may read that before it hears of the exit (both come through
- * the event loop, in either order), which made the answer "lost the connection" instead of the kill.
- */
-const EXIT_NOTICE_WAIT_MS = 100;
 
 export type Forwarded = {
   lease: Lease;
@@ -170,16 +160,6 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
 }
 
 /**
- * Why a call to the runner failed, sent or read: the client left, the request ran out of time, the
- * runner stopped answering (both are the call's reason), or the runner died (and how).
- */
-async function failure({ lease, model, request }: Forwarded, error: unknown, call: AbortSignal): Promise<HttpError> {
-  if (request.signal.aborted) return clientGone();
-  if (call.reason instanceof HttpError) return call.reason;
-  return runnerFailed(model, await exitReason(lease, error));
-}
-
-/**
  * The call's signal: aborts when its client leaves, when the runner dies, or when the request's
  * time is up, with the error the client gets as reason (a client that left is told apart by its
  * request's own signal). One controller for the three, not one per cause joined by another:
@@ -212,11 +192,9 @@ function send(forwarded: Forwarded, signal: AbortSignal): Promise<Response> {
   if (stream) headers.connection = "close";
   if (forwarded.key !== undefined) headers[KEY_HEADER] = forwarded.key;
   const call = () => lease.fetch(`http://runner${path}`, { method: "POST", headers, body, signal });
-  const failed = async (error: unknown): Promise<never> => {
-    throw await failure(forwarded, error, signal);
-  };
+  const fail = (error: unknown) => failed(forwarded, error, signal);
   // Callbacks, not an async frame with a loop: most requests go once, and pay for no frame.
-  return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(failed) : failed(error)));
+  return call().catch((error: unknown) => (!signal.aborted && lease.running() ? call().catch(fail) : fail(error)));
 }
 
 /**
@@ -232,19 +210,15 @@ async function prefill(forwarded: Forwarded, prefilled: (signal: AbortSignal) =>
     const headers: Record<string, string> = { "content-type": "application/json" };
     if (forwarded.key !== undefined) headers[KEY_HEADER] = forwarded.key;
     const answer = await lease.fetch(`http://runner${path}`, { method: "POST", headers, body: inSlot(prefillBody(body), lease.slot!), signal });
-    const bytes = new Uint8Array(await answer.arrayBuffer());
+    const processed = await processedIn(answer);
     lease.heard();
-    return answer.ok ? processedBy(bytes) : 0;
+    return processed;
   } catch (error) {
     if (signal.aborted) throw await failure(forwarded, error, signal);
     return 0;
   } finally {
     await prefilled(signal).catch(() => {});
   }
-}
-
-async function failed(forwarded: Forwarded, error: unknown, signal: AbortSignal): Promise<never> {
-  throw await failure(forwarded, error, signal);
 }
 
 /**
@@ -267,17 +241,6 @@ function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
   if (!clock) return;
   const overhead = performance.now() - clock.startedAt - clock.waitedMs - runnerMs;
   headers.set(OVERHEAD_HEADER, Math.max(0, overhead).toFixed(2));
-}
-
-/** Why the runner failed: its exit, if it died (waited for briefly: it comes with its pipes), else the error. */
-async function exitReason(lease: Lease, fetchError: unknown): Promise<string> {
-  const lost = `lost the connection (${describe(fetchError)})`;
-  const wait = lease.running() ? EXIT_NOTICE_WAIT_MS : EXIT_REASON_WAIT_MS;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const later = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), wait)));
-  const exit = await Promise.race([lease.exited, later]);
-  clearTimeout(timer);
-  return exit ? describe(exit) : lost;
 }
 
 /** The text of the last TAIL_BYTES of `chunks` (a character cut at its start does not matter). */

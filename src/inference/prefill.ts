@@ -1,3 +1,5 @@
+import { readAtMost } from "../http/body.ts";
+
 // A leader's prompt processed alone before its request (see src/scheduler/prefix-copies.ts): the
 // body that asks for it, and the request's answer told the truth about it. llama-server counts the
 // request itself as having read from its cache what the prefill processed a moment before; those
@@ -17,6 +19,16 @@ export function prefillBody(body: Uint8Array<ArrayBuffer>): Uint8Array<ArrayBuff
   const json = JSON.parse(utf8.decode(body)) as Json;
   const { stream: _, stream_options: __, timings_per_token: ___, ...rest } = json;
   return encoder.encode(JSON.stringify({ ...rest, n_predict: 0 }));
+}
+
+/** A prefill's answer is one JSON value of counts (it generates no text): no more than this is read of it. */
+const ANSWER_LIMIT = 1 << 20;
+
+/** The prompt tokens a prefill's answer processed, read up to ANSWER_LIMIT; 0 for an error, or an answer past it. */
+export async function processedIn(answer: Response): Promise<number> {
+  if (!answer.ok || !answer.body) return 0;
+  const bytes = await readAtMost(answer.body.getReader(), ANSWER_LIMIT, () => new Error(`a prefill answered more than ${ANSWER_LIMIT} bytes`)).catch(() => undefined);
+  return bytes ? processedBy(bytes) : 0;
 }
 
 /**

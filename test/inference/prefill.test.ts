@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { counted, countedAnswer, countedStream, prefillBody, processedBy } from "../../src/inference/prefill.ts";
+import { counted, countedAnswer, countedStream, prefillBody, processedBy, processedIn } from "../../src/inference/prefill.ts";
 
 // A leader's prefill (src/inference/prefill.ts): the body that asks for its prompt alone, and its
 // own answer's counts with what the prefill processed moved back from "cached" to "processed".
@@ -19,6 +19,12 @@ describe("a leader's prefill", () => {
     expect(processedBy(bytes({ object: "response", usage: { input_tokens: 4021, input_tokens_details: { cached_tokens: 1 }, output_tokens: 0 } }))).toBe(4020);
     expect(processedBy(bytes({ usage: { prompt_tokens: 30, prompt_tokens_details: { cached_tokens: 10 } } }))).toBe(20);
     expect(processedBy(bytes("not json"))).toBe(0);
+  });
+
+  it("reads a prefill's answer up to a bound: an error, or an answer past it, counts nothing", async () => {
+    expect(await processedIn(new Response(JSON.stringify({ timings: { prompt_n: 4021 } })))).toBe(4021);
+    expect(await processedIn(new Response(JSON.stringify({ timings: { prompt_n: 4021 } }), { status: 500 }))).toBe(0);
+    expect(await processedIn(new Response(JSON.stringify({ timings: { prompt_n: 4021 }, pad: "x".repeat(2 << 20) })))).toBe(0);
   });
 
   it("moves those tokens from cached to processed in each dialect's counts, and in nothing else", () => {
