@@ -1,4 +1,4 @@
-import { parseJson, readBody, validBody } from "../../http/body.ts";
+import { parseJson, readBody, textAtMost, validBody } from "../../http/body.ts";
 import { HttpError } from "../../http/errors.ts";
 import type { Route } from "../../http/router.ts";
 import { counted, infer, type InferenceDeps } from "../../inference/routes.ts";
@@ -47,12 +47,22 @@ async function inDialect(response: Response): Promise<Response> {
   return errorResponse(status, text, headers);
 }
 
+/**
+ * The most of a whole answer read to translate it: the runner's chat completion, whose size its
+ * tokens bound (a message of the longest context is a few MiB, with llama-server's own fields).
+ */
+const ANSWER_LIMIT = 64 << 20;
+
+/** A whole answer of the runner as JSON, read up to ANSWER_LIMIT (502 past it). */
+const answerJson = async (response: Response) =>
+  JSON.parse(await textAtMost(response, ANSWER_LIMIT, () => new HttpError(502, "upstream_error", "answer_too_large", `the runner answered more than ${ANSWER_LIMIT >> 20} MiB`))) as Record<string, unknown>;
+
 /** A whole chat completion as Anthropic's message, with the answer's headers (limits, our overhead). */
 async function asMessage(response: Response): Promise<Response> {
   if (response.status !== 200 || !response.headers.get("content-type")?.startsWith("application/json")) return inDialect(response);
   const headers = new Headers(response.headers);
   headers.delete("content-length");
-  return new Response(JSON.stringify(message((await response.json()) as Record<string, unknown>)), { status: 200, headers });
+  return new Response(JSON.stringify(message(await answerJson(response))), { status: 200, headers });
 }
 
 /** The chat body for a Messages body, checked first in Anthropic's terms (model, messages, max_tokens). */
@@ -87,7 +97,7 @@ export function anthropicRoutes(deps: InferenceDeps): Route[] {
       const { stream: _, stream_options: __, timings_per_token: ___, verbose: ____, ...json } = await chatBody(request, deps, CHAT_SCHEMA);
       const answer = await inDialect(await infer(deps, "chat/completions/input_tokens", request, { json }));
       if (answer.status !== 200) return answer;
-      const { input_tokens } = (await answer.json()) as { input_tokens: number };
+      const { input_tokens } = (await answerJson(answer)) as { input_tokens: number };
       return Response.json({ input_tokens }, { headers: answer.headers });
     }),
   );
