@@ -1,4 +1,5 @@
 import type { IRequest } from "itty-router";
+import { sseSplitter } from "../http/sse.ts";
 import { HttpError, notFound } from "../http/errors.ts";
 import { parseJson, readBody } from "../http/body.ts";
 import type { Route } from "../http/router.ts";
@@ -130,16 +131,11 @@ function conversation(body: Item, store: ResponseStore, scope: string): unknown 
  * `remember`, with its JSON text. Only that event is parsed; every chunk goes on as it came.
  */
 function completedEvents(remember: (response: Item, text: string) => void): TransformStream<Uint8Array, Uint8Array> {
-  const decoder = new TextDecoder();
-  let pending = "";
+  const split = sseSplitter();
   return new TransformStream({
     transform(chunk, controller) {
       controller.enqueue(chunk);
-      pending += decoder.decode(chunk, { stream: true });
-      let end: number;
-      while ((end = pending.indexOf("\n\n")) >= 0) {
-        const event = pending.slice(0, end);
-        pending = pending.slice(end + 2);
+      for (const event of split.push(chunk)) {
         if (!event.includes("response.completed")) continue;
         const data = event.split("\n").find((line) => line.startsWith("data: "));
         try {

@@ -1,4 +1,5 @@
 import { readAtMost } from "../http/body.ts";
+import { sseSplitter } from "../http/sse.ts";
 
 // A leader's prompt processed alone before its request (see src/scheduler/prefix-copies.ts): the
 // body that asks for it, and the request's answer told the truth about it. llama-server counts the
@@ -92,8 +93,7 @@ export function countedAnswer(answer: Uint8Array<ArrayBuffer>, processed: number
 
 /** An SSE stream with each event's counts so (events passed on whole; those with no counts as they came). */
 export function countedStream(processed: number): TransformStream<Uint8Array, Uint8Array> {
-  const decoder = new TextDecoder();
-  let pending = "";
+  const split = sseSplitter();
   const event = (text: string) => {
     if (!text.includes('"timings"') && !text.includes('"usage"')) return `${text}\n\n`;
     return `${text
@@ -110,18 +110,12 @@ export function countedStream(processed: number): TransformStream<Uint8Array, Ui
   };
   return new TransformStream({
     transform(chunk, controller) {
-      pending += decoder.decode(chunk, { stream: true });
-      let end: number;
-      let out = "";
-      while ((end = pending.indexOf("\n\n")) >= 0) {
-        out += event(pending.slice(0, end));
-        pending = pending.slice(end + 2);
-      }
+      const out = split.push(chunk).map(event).join("");
       if (out) controller.enqueue(encoder.encode(out));
     },
     flush(controller) {
-      pending += decoder.decode();
-      if (pending) controller.enqueue(encoder.encode(pending));
+      const rest = split.rest();
+      if (rest) controller.enqueue(encoder.encode(rest));
     },
   });
 }

@@ -1,4 +1,5 @@
 import { messageId, stopReason, usageOf, type MessageUsage } from "./answer.ts";
+import { sseSplitter } from "../../http/sse.ts";
 
 // llama-server's streamed chat completion said as Anthropic's stream: `message_start` (with the
 // prompt's counts, which llama-server gives with its first chunk when asked for timings per token),
@@ -152,24 +153,16 @@ function hasContent(chunk: Json): boolean {
 /** llama-server's chat SSE bytes in, Anthropic's out (events passed on whole, as they are complete). */
 export function messageStream(envelope: ErrorEnvelope): TransformStream<Uint8Array, Uint8Array> {
   const events = new MessageEvents(envelope);
-  const decoder = new TextDecoder();
+  const split = sseSplitter();
   const encoder = new TextEncoder();
-  let pending = "";
   const send = (text: string, controller: TransformStreamDefaultController<Uint8Array>) => text && controller.enqueue(encoder.encode(text));
   return new TransformStream({
     transform(chunk, controller) {
-      pending += decoder.decode(chunk, { stream: true });
-      let end: number;
-      let out = "";
-      while ((end = pending.indexOf("\n\n")) >= 0) {
-        out += events.event(pending.slice(0, end));
-        pending = pending.slice(end + 2);
-      }
-      send(out, controller);
+      send(split.push(chunk).map((event) => events.event(event)).join(""), controller);
     },
     flush(controller) {
-      pending += decoder.decode();
-      send((pending.trim() ? events.event(pending.trim()) : "") + events.flush(), controller);
+      const rest = split.rest().trim();
+      send((rest ? events.event(rest) : "") + events.flush(), controller);
     },
   });
 }

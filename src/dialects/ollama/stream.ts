@@ -1,3 +1,4 @@
+import { sseSplitter } from "../../http/sse.ts";
 import { finalLine, newStreamState, streamLine, type Clock, type OpenAIAnswer } from "./translate.ts";
 
 // llama-server's SSE stream as Ollama's NDJSON, event by event as they arrive: each `data:` event
@@ -10,10 +11,9 @@ export const ndjson = (body: ReadableStream<Uint8Array>) =>
   new Response(body, { headers: { "content-type": "application/x-ndjson", "cache-control": "no-cache" } });
 
 export function toNdjson(kind: "chat" | "generate", model: string, clock: () => Clock): TransformStream<Uint8Array, Uint8Array> {
-  const decoder = new TextDecoder();
+  const split = sseSplitter();
   const encoder = new TextEncoder();
   const state = newStreamState();
-  let pending = "";
   let ended = false;
   const line = (value: object) => encoder.encode(`${JSON.stringify(value)}\n`);
 
@@ -38,16 +38,11 @@ export function toNdjson(kind: "chat" | "generate", model: string, clock: () => 
 
   return new TransformStream({
     transform(chunk, controller) {
-      pending += decoder.decode(chunk, { stream: true });
-      let end: number;
-      while ((end = pending.indexOf("\n\n")) >= 0) {
-        const text = pending.slice(0, end);
-        pending = pending.slice(end + 2);
-        event(text, controller);
-      }
+      for (const text of split.push(chunk)) event(text, controller);
     },
     flush(controller) {
-      if (pending.trim()) event(pending, controller);
+      const rest = split.rest();
+      if (rest.trim()) event(rest, controller);
     },
   });
 }
