@@ -32,7 +32,7 @@ import { denoPermissions, startServer, type RuntimeName, type ServerProcess } fr
 //                                BENCH_ROUNDS, BENCH_REQUESTS, BENCH_WARM, BENCH_CONCURRENCY tune it;
 //                                BENCH_ENTRY=<file> serves ours from another entry (another
 //                                checkout's src/index.ts); BENCH_PROFILE=<dir> writes CPU profiles
-//                                of Bun's sides; BENCH_PARTS picks among overhead,embeddings,
+//                                of Bun's and Node's sides; BENCH_PARTS picks among overhead,embeddings,
 //                                streaming,cold; the summary of ratios comes last)
 
 /** One line per part and runtime, printed together at the end. */
@@ -58,10 +58,13 @@ const WARM_BURST = 2000;
 const WARM_QUIET = 3;
 const WARM_MAX = 60_000;
 const V8_WARM = Number(process.env.BENCH_V8_WARM ?? 10_000);
-/** A folder to write CPU profiles (Bun's --cpu-prof) of our server and the bare proxy into. */
+/** A folder to write CPU profiles (--cpu-prof, Bun's or Node's; Deno has none) of our server and the bare proxies into. */
 const profileDir = process.env.BENCH_PROFILE;
-const profiled = (name: string): Record<string, string> =>
-  profileDir ? { BUN_OPTIONS: `--cpu-prof --cpu-prof-interval=100 --cpu-prof-dir=${join(profileDir, name)}` } : {};
+function profiled(runtime: RuntimeName, name: string): Record<string, string> {
+  if (!profileDir || runtime === "deno") return {};
+  const options = `--cpu-prof --cpu-prof-interval=100 --cpu-prof-dir=${join(profileDir, `${runtime}-${name}`)}`;
+  return runtime === "bun" ? { BUN_OPTIONS: options } : { NODE_OPTIONS: options };
+}
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const P = "/exp/vDD4.40";
 
@@ -103,12 +106,12 @@ async function runnerSocket(stack: Stack, mode = "completion"): Promise<string> 
 }
 
 /** A bare proxy (bench/runtimes/floor.ts) on `runtime`, from `socket` to the `runner` socket. */
-const startFloor = (runtime: RuntimeName, runner: string, socket: string, profile: string) =>
+const startFloor = (runtime: RuntimeName, runner: string, socket: string, profile: string, server?: "node-http") =>
   startServer({
     runtime,
     entry: "bench/runtimes/floor.ts",
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write"]) } : {}),
-    env: { ...(runtime === "bun" ? profiled(profile) : {}), FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: socket },
+    env: { ...profiled(runtime, profile), FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: socket, ...(server ? { FLOOR_SERVER: server } : {}) },
   });
 
 // --- 1. overhead ---------------------------------------------------------------------------------
@@ -125,7 +128,7 @@ const ourStack = (runtime: RuntimeName) =>
     runtime,
     models: ["ai/tiny"],
     embedders: runtime === "bun" ? ["ai/embedder"] : [],
-    env: { ...profiled("ours"), INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
+    env: { ...profiled(runtime, "ours"), INFERENCE_SLOTS: process.env.BENCH_SLOTS ?? "4", ...(process.env.BENCH_RUNNER_QUEUE ? { INFERENCE_RUNNER_QUEUE: process.env.BENCH_RUNNER_QUEUE } : {}) },
     ...(process.env.BENCH_ENTRY ? { entry: process.env.BENCH_ENTRY } : {}),
   });
 
@@ -158,10 +161,13 @@ async function overhead(runtime: RuntimeName, stack: Stack) {
   try {
     floors.push(await startFloor("bun", runner, join(stack.dir, "bare.sock"), "bare"));
     if (runtime !== "bun") floors.push(await startFloor(runtime, runner, join(stack.dir, "own.sock"), "own"));
+    // Ours serves through Deno's node:http (node-http.ts): that path's own floor beside Deno.serve's.
+    if (runtime === "deno") floors.push(await startFloor(runtime, runner, join(stack.dir, "own-node-http.sock"), "own-node-http", "node-http"));
     const sides: Side[] = [
       { name: "direct", socket: runner, path: "/v1/completions" },
       { name: "bare Bun", socket: join(stack.dir, "bare.sock"), path: "/v1/completions", pid: floors[0]!.pid, bun: true },
       ...(runtime !== "bun" ? [{ name: `bare ${runtime}`, socket: join(stack.dir, "own.sock"), path: "/v1/completions", pid: floors[1]!.pid }] : []),
+      ...(runtime === "deno" ? [{ name: NODE_HTTP_FLOOR, socket: join(stack.dir, "own-node-http.sock"), path: "/v1/completions", pid: floors[2]!.pid }] : []),
       { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions`, pid: stack.server.pid, bun: runtime === "bun" },
     ];
     for (const name of (process.env.BENCH_LOADS ?? "whole,streamed").split(",")) await measureOverhead(runtime, sides, LOADS[name]!);
@@ -208,6 +214,9 @@ async function warm(side: Side, load: Load): Promise<void> {
   console.log(`  warm-up ${side.name}: ${sent} requests${quiet < WARM_QUIET ? " (the compiler was still busy)" : ""}`);
 }
 
+/** Deno's bare proxy through its node:http, the server ours uses there. */
+const NODE_HTTP_FLOOR = "deno node:http";
+
 /** The target ours is held to on `runtime`: a share of the bare Bun proxy's requests per second, and (Bun) its p50 over it. */
 const TARGETS: Record<RuntimeName, { ratio: number; p50Ms?: number }> = { bun: { ratio: 0.95, p50Ms: 1 }, node: { ratio: 0.85 }, deno: { ratio: 0.85 } };
 
@@ -246,7 +255,10 @@ async function measureOverhead(runtime: RuntimeName, sides: Side[], load: Load) 
   console.log(`  ours/direct: ${(rate(ours) / rate(direct)).toFixed(3)}; bare Bun/direct: ${(rate(bare) / rate(direct)).toFixed(3)}; p50 above direct: ours ${ms(median(ours.latencies) - median(direct.latencies))}, bare Bun ${ms(median(bare.latencies) - median(direct.latencies))}`);
   const target = TARGETS[runtime];
   const p50Over = median(ours.latencies) - median(bare.latencies);
-  const floorText = own ? `; its own bare proxy ${(rate(own) / rate(bare)).toFixed(3)} (CPU ${(cpu(own) / cpu(bare)).toFixed(2)}x)` : "";
+  const nodeHttp = totals.get(NODE_HTTP_FLOOR);
+  const floorText =
+    (own ? `; its own bare proxy ${(rate(own) / rate(bare)).toFixed(3)} (CPU ${(cpu(own) / cpu(bare)).toFixed(2)}x)` : "") +
+    (nodeHttp ? `; its bare node:http proxy ${(rate(nodeHttp) / rate(bare)).toFixed(3)} (CPU ${(cpu(nodeHttp) / cpu(bare)).toFixed(2)}x)` : "");
   const line =
     `ours/bare Bun proxy ${(rate(ours) / rate(bare)).toFixed(3)} (target >= ${target.ratio}); p50 over it ${ms(p50Over)}${target.p50Ms !== undefined ? ` (target <= ${target.p50Ms} ms)` : ""}; ` +
     `CPU per request ours/bare Bun ${(cpu(ours) / cpu(bare)).toFixed(2)}x (${cpu(ours).toFixed(0)} vs ${cpu(bare).toFixed(0)} µs)${floorText}`;

@@ -154,8 +154,27 @@ function bunFloor(): void {
   announce(kind === "album" ? `http://127.0.0.1:${server.port}` : `unix:${listenPath}`);
 }
 
+/**
+ * FLOOR_SERVER=node-http, Deno's inference floor served through its node:http, as ours is there (for
+ * the header deadline and the connection cap Deno.serve lacks): the least that path can cost.
+ */
+function denoNodeHttpFloor(): void {
+  const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  nodeListen(async (req, res) => {
+    try {
+      const body = await readAll(req);
+      const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path: req.url ?? "/", headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
+      res.writeHead(upstream.statusCode ?? 502, { "content-type": String(upstream.headers["content-type"] ?? "application/json") });
+      for await (const chunk of upstream) res.write(chunk);
+      res.end();
+    } catch (error) {
+      res.writeHead(502).end(String(error));
+    }
+  });
+}
+
 if (runtime === "bun") bunFloor();
-else if (runtime === "deno") denoFloor(Deno!.serve);
+else if (runtime === "deno") (process.env.FLOOR_SERVER === "node-http" && kind === "inference" ? denoNodeHttpFloor() : denoFloor(Deno!.serve));
 else nodeFloor();
 // An orderly exit on SIGTERM, so that a profiler (--cpu-prof) writes what it saw.
 process.once("SIGTERM", () => process.exit(0));
