@@ -1,6 +1,6 @@
 // Under node:http (Node and Deno), the global Response is this lighter one: a Response made with a
-// whole body (a string, bytes or nothing), as most answers are, keeps the body and its init as
-// given, and node-exchange.ts writes them out directly; the native Response (its Headers, a web
+// whole body (a string, bytes or nothing), as most answers are, or with a web stream (a relayed
+// answer), keeps the body and its init as given, and node-exchange.ts writes them out directly; the native Response (its Headers, a web
 // stream for the body, and a reader to get the bytes back out) is made only when a handler reads
 // something else from it. The native one cost Node about as much CPU per answer as the rest of the
 // adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
@@ -21,6 +21,7 @@ export type BodySource = { whole(): Promise<Uint8Array>; stream(): ReadableStrea
 
 /** What node-exchange.ts writes for a light Response that nobody turned native. */
 export type WholeAnswer = { status: number; headers: string[]; body: Uint8Array | string | undefined };
+export type StreamedAnswer = { status: number; headers: string[]; body: ReadableStream<Uint8Array> };
 
 const TEXT = "text/plain;charset=UTF-8";
 // As fetch decodes a body: a byte order mark dropped, a bad sequence replaced.
@@ -61,6 +62,8 @@ function pairsOf(headers: HeadersInit | undefined): [string, string][] {
 
 export class LightResponse {
   #body: Whole;
+  /** A body given as a web stream (a relayed answer): handed on as it is, never wrapped in a native Response for its writer. */
+  #stream: ReadableStream<Uint8Array> | undefined;
   #init: ResponseInit | undefined;
   #headers: Headers | undefined;
   #native: Response | undefined;
@@ -69,9 +72,13 @@ export class LightResponse {
 
   constructor(body?: BodyInit | null, init?: ResponseInit) {
     const status = init?.status ?? 200;
+    const kept = isWhole(body) || (body instanceof ReadableStream && !body.locked);
     // Whatever the native one refuses (a bad status, a body on a null-body status), it refuses now.
-    if (!isWhole(body) || status < 200 || status > 599 || (body != null && NULL_BODY.has(status))) {
+    if (!kept || status < 200 || status > 599 || (body != null && NULL_BODY.has(status))) {
       this.#native = new NativeResponse(body, init);
+    } else if (body instanceof ReadableStream) {
+      this.#stream = body;
+      this.#init = init;
     } else {
       this.#body = body;
       this.#init = init;
@@ -103,7 +110,7 @@ export class LightResponse {
   #made(): Response {
     if (this.#native) return this.#native;
     const headers = this.#headers ?? this.#init?.headers;
-    const body = this.#source && !this.#used ? this.#source.stream() : this.#body;
+    const body = this.#source && !this.#used ? this.#source.stream() : (this.#stream ?? this.#body);
     this.#native = new NativeResponse(body as BodyInit | null | undefined, { ...this.#init, headers });
     if (this.#used) this.#native.arrayBuffer().catch(() => {});
     return this.#native;
@@ -114,8 +121,18 @@ export class LightResponse {
     return #body in response ? (response as unknown as LightResponse).#whole() : undefined;
   }
 
+  /** `response`'s parts, if it is a light one with a web stream for body (node-exchange.ts writes it out without a native Response). */
+  static streamOf(response: Response): StreamedAnswer | undefined {
+    return #body in response ? (response as unknown as LightResponse).#streamed() : undefined;
+  }
+
+  #streamed(): StreamedAnswer | undefined {
+    if (this.#native || !this.#stream) return undefined;
+    return { status: this.status, headers: flatOf(this.#headers ?? this.#init?.headers), body: this.#stream };
+  }
+
   #whole(): WholeAnswer | undefined {
-    if (this.#native || this.#used || this.#source) return undefined;
+    if (this.#native || this.#used || this.#source || this.#stream) return undefined;
     const body = this.#body;
     const headers = flatOf(this.#headers ?? this.#init?.headers);
     if (typeof body === "string" && !this.#headers && !hasName(headers, "content-type")) headers.push("content-type", TEXT);
@@ -190,10 +207,10 @@ export class LightResponse {
     return this.#made().formData();
   }
   get body(): ReadableStream<Uint8Array> | null {
-    return this.#made().body;
+    return this.#native || !this.#stream ? this.#made().body : this.#stream;
   }
   get bodyUsed(): boolean {
-    return this.#native ? this.#native.bodyUsed : this.#used;
+    return this.#native ? this.#native.bodyUsed : this.#used || (this.#stream?.locked ?? false);
   }
   get type(): ResponseType {
     return this.#made().type;

@@ -35,6 +35,20 @@ async function handler(request: Request): Promise<Response> {
     response.headers.set("x-second", "2");
     return response;
   }
+  if (path === "/stream-answer") {
+    // An answer written as it is made (a relayed stream): its chunks as they come, no length.
+    const encoder = new TextEncoder();
+    const parts = ["data: one\n\n", "data: two\n\n", "data: [DONE]\n\n"];
+    const stream = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        await new Promise((resolve) => setTimeout(resolve, 5));
+        const part = parts.shift();
+        if (part === undefined) controller.close();
+        else controller.enqueue(encoder.encode(part));
+      },
+    });
+    return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+  }
   if (path === "/native") return new NativeResponse("from the native class", { headers: { "x-native": "yes" } });
   if (path === "/empty") return new Response(null, { status: 204 });
   return new Response("not found", { status: 404 });
@@ -99,6 +113,13 @@ describe("through node:http", () => {
     expect(received).toContain('"body":{"early":"yes"}');
   });
 
+  it("an answer whose body is a web stream goes out chunk by chunk, without a length, whole", async () => {
+    const answer = await call("/stream-answer");
+    expect(answer).toMatchObject({ status: 200, text: "data: one\n\ndata: two\n\ndata: [DONE]\n\n" });
+    expect(answer.headers).toMatchObject({ "content-type": "text/event-stream", "transfer-encoding": "chunked" });
+    expect(answer.headers["content-length"]).toBeUndefined();
+  });
+
   it("headers set after the Response was made are sent; a native Response is sent as it is; a 204 has no body", async () => {
     expect((await call("/headers-later")).headers).toMatchObject({ "x-first": "1", "x-second": "2" });
     const native = await call("/native");
@@ -128,6 +149,19 @@ describe("the light Response", () => {
   it("refuses what the native one refuses, when it is made", () => {
     expect(() => new LightResponse("x", { status: 99 })).toThrow(RangeError);
     expect(() => new LightResponse("x", { status: 204 })).toThrow(TypeError);
+  });
+
+  it("keeps a web stream given as body as it is, and reads it as the native one would", async () => {
+    const stream = () => new ReadableStream<Uint8Array>({ start: (c) => (c.enqueue(new TextEncoder().encode("streamed")), c.close()) });
+    const given = stream();
+    const light = new LightResponse(given, { status: 202, headers: { "x-a": "1" } }) as unknown as Response;
+    expect([light.body === given, light.bodyUsed, light.status, light.headers.get("x-a")]).toEqual([true, false, 202, "1"]);
+    expect(LightResponse.streamOf(light)).toMatchObject({ status: 202, headers: ["x-a", "1"], body: given });
+    expect(await (new LightResponse(stream()) as unknown as Response).text()).toBe("streamed");
+    const locked = stream();
+    locked.getReader();
+    expect(() => new LightResponse(locked)).toThrow(TypeError);
+    expect(() => new LightResponse(stream(), { status: 204 })).toThrow(TypeError);
   });
 
   it("a body read as a stream makes the native Response, with the same bytes", async () => {
