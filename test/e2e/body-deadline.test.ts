@@ -77,7 +77,9 @@ function slicesOf(bytes: Uint8Array, count: number): Uint8Array[] {
 
 const statusOf = (head: string) => Number(head.split(" ")[1]);
 
-describe.each(runtimes)("request bodies under %s", (runtime) => {
+// Concurrent, runtimes and tests alike: each test waits on the clock (a body trickling for seconds)
+// on a connection of its own, and run one after another they took over 100 s of a run.
+describe.concurrent.each(runtimes)("request bodies under %s", (runtime) => {
   let folder: string;
   let server: ServerProcess;
   let port: number;
