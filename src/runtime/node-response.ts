@@ -207,7 +207,10 @@ export class LightResponse {
     return this.#made().formData();
   }
   get body(): ReadableStream<Uint8Array> | null {
-    return this.#native || !this.#stream ? this.#made().body : this.#stream;
+    if (this.#native) return this.#native.body;
+    // A body still arriving (a runner's stream, relayed) becomes its web stream, and no more.
+    if (this.#source && !this.#used) [this.#stream, this.#source] = [this.#source.stream(), undefined];
+    return this.#stream ?? this.#made().body;
   }
   get bodyUsed(): boolean {
     return this.#native ? this.#native.bodyUsed : this.#used || (this.#stream?.locked ?? false);

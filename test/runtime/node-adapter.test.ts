@@ -164,6 +164,17 @@ describe("the light Response", () => {
     expect(() => new LightResponse(stream(), { status: 204 })).toThrow(TypeError);
   });
 
+  it("hands on a body still arriving as its source's one stream, read as the native one would", async () => {
+    let made = 0;
+    const piece = () => new ReadableStream<Uint8Array>({ start: (c) => (c.enqueue(new TextEncoder().encode("piece")), c.close()) });
+    const source = { whole: async () => new TextEncoder().encode("whole"), stream: () => (made++, piece()) };
+    const light = LightResponse.streamed(source, { status: 200 });
+    expect(light.body).toBe(light.body);
+    expect([made, light.bodyUsed]).toEqual([1, false]);
+    expect(await light.text()).toBe("piece");
+    expect(light.bodyUsed).toBe(true);
+  });
+
   it("a body read as a stream makes the native Response, with the same bytes", async () => {
     const light = new LightResponse(new TextEncoder().encode("bytes")) as unknown as Response;
     const reader = light.body!.getReader();
