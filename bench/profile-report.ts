@@ -4,7 +4,7 @@ import { join, relative } from "node:path";
 // Where a server's CPU went, from the V8 CPU profiles (--cpu-prof) that bench:inference writes with
 // BENCH_PROFILE=<dir>: the functions with the most self time, and the same summed per source file
 // (ours by their path in the project, the runtime's and dependencies' by theirs).
-//   node bench/profile-report.ts <dir with .cpuprofile files> [how many functions, default 30]
+//   npm run bench:profile-report -- <dir with .cpuprofile files> [how many functions, default 30]
 
 type Node = { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] };
 type Profile = { nodes: Node[]; samples: number[]; timeDeltas: number[] };
