@@ -77,12 +77,30 @@ export function newBatch(owner: string, fields: BatchFields, createdMs: number):
   };
 }
 
-/** The records kept in `dir` (made if missing), oldest first: the order batches take their turns in. */
+/**
+ * The records kept in `dir` (made if missing), oldest first: the order batches take their turns in.
+ * A file that is not a record (unreadable, cut short, edited by hand) is left out and named in the
+ * log, where it stopped every other batch from loading.
+ */
 export async function keptIn(dir: string): Promise<Batch[]> {
   await mkdir(dir, { recursive: true });
   const kept: Batch[] = [];
   for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
-    kept.push(JSON.parse(await readFile(join(dir, name), "utf8")) as Batch);
+    const file = join(dir, name);
+    const record = recordIn(await readFile(file, "utf8").catch(() => ""));
+    if (record) kept.push(record);
+    else console.error(`batches: ${file} is not a batch's record; left out (fix or remove it)`);
   }
   return kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
+}
+
+/** `text` as a record, if it is one: the fields every batch is found and ordered by. */
+function recordIn(text: string): Batch | undefined {
+  try {
+    const record = JSON.parse(text) as Partial<Batch> | null;
+    const isRecord = typeof record?.id === "string" && typeof record.status === "string" && typeof record.created_at === "number" && typeof record.owner === "string";
+    return isRecord ? (record as Batch) : undefined;
+  } catch {
+    return undefined;
+  }
 }
