@@ -1,29 +1,20 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startStack, type Stack } from "./harness.ts";
+import type { Stack } from "./harness.ts";
+import { memoryBudget, startBudgetStack, WEIGHTS } from "./memory-budget.ts";
 import { until } from "../support/until.ts";
 import { ask, openStream } from "../support/http.ts";
-import { tinyLlamaGguf, tinyLlamaHeader } from "../support/tiny-gguf.ts";
-import { estimateMemory, shapeOf } from "../../src/scheduler/memory/estimate.ts";
+import { tinyLlamaHeader } from "../support/tiny-gguf.ts";
 
 // Scheduling by memory end to end: the server under Bun, tiny models pulled from a real registry,
 // real llama-server runners, a budget of two and a half tiny models (the runner count is no limit
 // here). `ai/long` is the tiny model with a trained context of 65536 tokens: it never fits whole.
 
 const TINY_HEADER = { ...tinyLlamaHeader(65536), "llama.attention.head_count_kv": "4" };
-const SHAPE = shapeOf(TINY_HEADER)!;
-const WEIGHTS = tinyLlamaGguf().length;
-// Each runner's host prompt cache counts in its cost: a small one, so that two runners still fit.
-const PROMPT_CACHE = { bytes: 1024 * 1024, checkpoints: 4 };
-const cost = (contextSize: number) => estimateMemory(SHAPE, WEIGHTS, { contextSize, slots: 1, promptCache: PROMPT_CACHE }).total;
-const BUDGET = Math.floor(2.5 * cost(512));
+const { cost, budget: BUDGET } = memoryBudget(TINY_HEADER);
 
 let stack: Stack;
 beforeAll(async () => {
-  stack = await startStack({
-    models: ["ai/alpha", "ai/beta", "ai/gamma"],
-    shaped: { "ai/long": { context: 65536 }, "ai/huge": { embedding: 1024, heads: 16, kvHeads: 4, feedForward: 2048 } },
-    env: { INFERENCE_MAX_RUNNERS: "8", INFERENCE_SLOTS: "1", INFERENCE_MEMORY_BUDGET: String(BUDGET), INFERENCE_CACHE_RAM: "1MiB", INFERENCE_MIN_CONTEXT: "1024" },
-  });
+  stack = await startBudgetStack(BUDGET, 1024);
 });
 afterAll(async () => {
   await stack?.stop();
