@@ -1,41 +1,45 @@
-// Passing a stream on, one chunk per pull, so that a slow reader slows its source (nothing is
+import type { ChunkReader } from "../runtime/chunks.ts";
+
+// Passing a stream on, one chunk per read, so that a slow reader slows its source (nothing is
 // buffered in our process) and whoever holds a place for it learns when it ends.
 
 /**
- * A stream that reads `source` only as fast as the client takes it (high-water mark 0), calls
+ * A reader of `source` that reads it only as fast as the client takes it (one read each), calls
  * `done` once at its end, on error or on cancel, and may end a failed stream with a last chunk.
+ * A reader, not a web stream: where the runtime's Response takes one (node:http's), it is written
+ * out as it is (see src/runtime/chunks.ts).
  * `died` fails a pending read: a runtime's body stream may not notice a peer that died. It is
- * heard by one listener for the stream's life, which cancels the reader (a pending read then ends),
+ * heard by one listener for the relay's life, which cancels the source (a pending read then ends),
  * not by one per chunk: adding and removing a listener on each read was the largest item of a
  * relayed chunk in Bun's profile.
  * `clientGone` ends it at once, read or not: a server adapter does not always cancel the body of a
  * client that left (the load test caught Node's leaving a few abandoned streams uncancelled, their
  * slots taken for good, and the queue behind them stuck).
  * `clientStallMs`: a chunk the client has not taken for that long ends it too (the source is
- * cancelled, the stream errored): the source's producer may not feel our back-pressure (llama-server
- * keeps generating into its own memory for a client that stopped reading).
+ * cancelled, the client's next read fails): the source's producer may not feel our back-pressure
+ * (llama-server keeps generating into its own memory for a client that stopped reading).
  */
 export function relay(
-  source: ReadableStream<Uint8Array>,
+  source: ChunkReader,
   { died, clientGone, clientStallMs }: { died: AbortSignal; clientGone: AbortSignal; clientStallMs?: number },
   done: () => void,
   lastWords: (error: unknown) => Promise<Uint8Array | undefined>,
   /** Shown each chunk as it passes (metrics: the first byte, the last events). */
   seen?: (chunk: Uint8Array) => void,
-): ReadableStream<Uint8Array> {
-  const reader = source.getReader();
-  let downstream!: ReadableStreamDefaultController<Uint8Array>;
+): ChunkReader {
+  /** Why the client's next read fails (it stalled), or that it ends (the last words went out). */
+  let after: { error: unknown } | "ended" | undefined;
   const leave = () => {
     finish();
-    reader.cancel(clientGone.reason).catch(() => {});
+    source.cancel(clientGone.reason).catch(() => {});
   };
   const stalled = unreadWatch(clientStallMs, () => {
     const reason = new Error(`the client read nothing for ${clientStallMs} ms`);
     finish();
-    reader.cancel(reason).catch(() => {});
-    downstream.error(reason);
+    source.cancel(reason).catch(() => {});
+    after = { error: reason };
   });
-  const stopReading = () => void reader.cancel(died.reason).catch(() => {});
+  const stopReading = () => void source.cancel(died.reason).catch(() => {});
   // Once, whichever comes first: a client that leaves while a read waits ends that read too.
   let finished = false;
   const finish = () => {
@@ -50,42 +54,40 @@ export function relay(
   else clientGone.addEventListener("abort", leave, { once: true });
   if (died.aborted) stopReading();
   else died.addEventListener("abort", stopReading, { once: true });
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        downstream = controller;
-      },
-      async pull(controller) {
-        stalled.read();
-        let chunk: Awaited<ReturnType<typeof reader.read>>;
-        try {
-          chunk = await reader.read();
-          // A read that ends because the runner died (its reader cancelled) is the failure it is.
-          if (chunk.done && died.aborted) throw died.reason;
-        } catch (error) {
-          reader.cancel(error).catch(() => {});
-          finish();
-          const tail = await lastWords(error);
-          if (!tail) return controller.error(error);
-          controller.enqueue(tail);
-          return controller.close();
-        }
-        if (!chunk.done) {
-          seen?.(chunk.value);
-          controller.enqueue(chunk.value);
-          return stalled.handedOver();
-        }
+  return {
+    async read() {
+      if (after === "ended") return DONE;
+      if (after) throw after.error;
+      stalled.read();
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await source.read();
+        // A read that ends because the runner died (its source cancelled) is the failure it is.
+        if (chunk.done && died.aborted) throw died.reason;
+      } catch (error) {
+        source.cancel(error).catch(() => {});
         finish();
-        controller.close();
-      },
-      cancel(reason) {
+        const tail = await lastWords(error);
+        after = tail ? "ended" : { error };
+        if (!tail) throw error;
+        return { done: false, value: tail };
+      }
+      if (chunk.done) {
         finish();
-        return reader.cancel(reason);
-      },
+        return chunk;
+      }
+      seen?.(chunk.value);
+      stalled.handedOver();
+      return chunk;
     },
-    { highWaterMark: 0 },
-  );
+    cancel(reason) {
+      finish();
+      return source.cancel(reason);
+    },
+  };
 }
+
+const DONE: ReadableStreamReadResult<Uint8Array> = { done: true, value: undefined };
 
 /**
  * Whether a chunk handed over stays unread past `ms`: one timer per stall period, not per chunk,

@@ -3,6 +3,7 @@ import { withLeadingField } from "../http/body.ts";
 import { anySignal } from "../http/abort.ts";
 import { systemClock } from "../http/clock.ts";
 import { relay } from "../http/relay.ts";
+import { bodyReader, readerResponse, type ChunkReader } from "../runtime/chunks.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { RequestTimer } from "./latency.ts";
 import { requestTimedOut, type Bounds } from "./bounds.ts";
@@ -120,7 +121,8 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     if (upstream.status === 400) answer = openingTooLong(forwarded.model, forwarded.path, forwarded.body, answer) ?? answer;
     return new Response(NULL_BODY_STATUSES.has(upstream.status) ? null : answer, init);
   }
-  if (!upstream.body) {
+  const source = streamedSource(upstream, forwarded, prefilled);
+  if (!source) {
     release();
     timer?.end(upstream.ok, "");
     return new Response(null, init);
@@ -144,9 +146,8 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     release();
     timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
   };
-  const body = prefilled > 0 ? upstream.body.pipeThrough(countedStream(prefilled)) : upstream.body;
   const relayed = relay(
-    forwarded.reshape ? forwarded.reshape(body, questions(forwarded)) : body,
+    source,
     { died: call.signal, clientGone: request.signal, ...(forwarded.bounds ? { clientStallMs: forwarded.bounds.clientStallMs } : {}) },
     done,
     async (error) => {
@@ -156,7 +157,18 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
     },
     seen,
   );
-  return new Response(relayed, init);
+  return readerResponse(relayed, init);
+}
+
+/**
+ * A streamed answer's chunks as the client gets them: the runner's own (read without a web stream
+ * where the runtime can: the common stream), or rewritten (prompt counts, a dialect's events).
+ */
+function streamedSource(upstream: Response, forwarded: Forwarded, prefilled: number): ChunkReader | undefined {
+  if (prefilled === 0 && !forwarded.reshape) return bodyReader(upstream);
+  if (!upstream.body) return undefined;
+  const body = prefilled > 0 ? upstream.body.pipeThrough(countedStream(prefilled)) : upstream.body;
+  return (forwarded.reshape ? forwarded.reshape(body, questions(forwarded)) : body).getReader();
 }
 
 /**

@@ -1,7 +1,8 @@
 import { request as httpRequest, type Agent as HttpAgent, type IncomingHttpHeaders } from "node:http";
 import { pipeline, Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
-import { pacedStream, readWhole } from "./paced-stream.ts";
+import { pacedReader, readWhole } from "./paced-stream.ts";
+import { failedReader, streamOf, type ChunkReader } from "./chunks.ts";
 import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
 
 // A fetch for the calls we make (the photo service, the runners), over a transport of our own
@@ -129,8 +130,8 @@ export const bodyFailure = (signal: AbortSignal | undefined) => (error: Error) =
   signal?.aborted ? signal.reason : new TypeError("terminated", { cause: error });
 
 /**
- * `source` read whole, or as a web stream that reads on only as its reader asks (so an inflated
- * body grows only as far as it is read). The call's signal, or cancelling the stream, destroys
+ * `source` read whole, or chunk by chunk (by a reader, or a web stream on it) only as its reader asks
+ * (so an inflated body grows only as far as it is read). The call's signal, or cancelling it, destroys
  * `socketSide`, which ends the call (a runner cancels a generation whose connection closes).
  */
 function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal | undefined): BodySource {
@@ -141,19 +142,21 @@ function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal 
   // Heard from the start, read or not: an unheard stream error would end the process.
   let failed: Error | undefined;
   source.once("error", (error) => ((failed = error), settled()));
+  const reader = (): ChunkReader => {
+    if (failed) return failedReader(failure(failed));
+    return pacedReader(source, {
+      settled,
+      failure,
+      cancel(reason) {
+        settled();
+        socketSide.destroy();
+        if (source !== socketSide) source.destroy(reason instanceof Error ? reason : undefined);
+      },
+    });
+  };
   return {
     whole: () => (failed ? Promise.reject(failure(failed)) : readWhole(source).then((bytes) => (settled(), bytes), (error: Error) => Promise.reject(failure(error)))),
-    stream: () => {
-      if (failed) return new ReadableStream({ start: (controller) => controller.error(failure(failed!)) });
-      return pacedStream(source, {
-        settled,
-        failure,
-        cancel(reason) {
-          settled();
-          socketSide.destroy();
-          if (source !== socketSide) source.destroy(reason instanceof Error ? reason : undefined);
-        },
-      });
-    },
+    reader,
+    stream: () => streamOf(reader()),
   };
 }

@@ -48,9 +48,8 @@ function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse):
 async function send(response: Response, res: ServerResponse, departed: AbortSignal): Promise<void> {
   const whole = LightResponse.wholeOf(response);
   if (whole) return sendWhole(whole, res);
-  const { status, headers, body } = LightResponse.streamOf(response) ?? { status: response.status, headers: LightHeaders.flatList(response.headers), body: response.body };
-  if (!body) return void res.writeHead(status, headers).end();
-  const reader = body.getReader();
+  const { status, headers, body: reader } = LightResponse.streamOf(response) ?? { status: response.status, headers: LightHeaders.flatList(response.headers), body: response.body?.getReader() };
+  if (!reader) return void res.writeHead(status, headers).end();
   const cancel = () => void reader.cancel(departed.reason).catch(() => {});
   if (departed.aborted) return cancel();
   departed.addEventListener("abort", cancel, { once: true });

@@ -1,11 +1,12 @@
 // Under node:http (Node and Deno), the global Response is this lighter one: a Response made with a
-// whole body (a string, bytes or nothing), as most answers are, or with a web stream (a relayed
-// answer), keeps the body and its init as given, and node-exchange.ts writes them out directly; the native Response (its Headers, a web
-// stream for the body, and a reader to get the bytes back out) is made only when a handler reads
-// something else from it. The native one cost Node about as much CPU per answer as the rest of the
+// whole body (a string, bytes or nothing), as most answers are, or with a web stream or a chunk
+// reader (a relayed answer, chunks.ts), keeps the body and its init as given, and node-exchange.ts
+// writes them out directly; the native Response (its Headers, a web stream for the body, and a
+// reader to get the bytes back out) is made only when a handler reads something else from it. The native one cost Node about as much CPU per answer as the rest of the
 // adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
 
 import { LightHeaders } from "./node-headers.ts";
+import { fromReader, ownReader, streamOf, type ChunkReader } from "./chunks.ts";
 
 const NativeResponse = globalThis.Response;
 
@@ -15,13 +16,14 @@ const isWhole = (body: unknown): body is Whole =>
 
 /**
  * A body still on its way (an answer to one of our calls, node-client.ts): read whole straight from
- * its source, or as a web stream made only when asked for. Each is asked for at most once.
+ * its source, or chunk by chunk by a reader of its own, or as a web stream made only when asked
+ * for. One of them is asked for, once.
  */
-export type BodySource = { whole(): Promise<Uint8Array>; stream(): ReadableStream<Uint8Array> };
+export type BodySource = { whole(): Promise<Uint8Array>; reader(): ChunkReader; stream(): ReadableStream<Uint8Array> };
 
 /** What node-exchange.ts writes for a light Response that nobody turned native. */
 export type WholeAnswer = { status: number; headers: string[]; body: Uint8Array | string | undefined };
-export type StreamedAnswer = { status: number; headers: string[]; body: ReadableStream<Uint8Array> };
+export type StreamedAnswer = { status: number; headers: string[]; body: ChunkReader };
 
 const TEXT = "text/plain;charset=UTF-8";
 // As fetch decodes a body: a byte order mark dropped, a bad sequence replaced.
@@ -64,6 +66,8 @@ export class LightResponse {
   #body: Whole;
   /** A body given as a web stream (a relayed answer): handed on as it is, never wrapped in a native Response for its writer. */
   #stream: ReadableStream<Uint8Array> | undefined;
+  /** A body given as a chunk reader (chunks.ts): read as it is by its writer, made a web stream only for others. */
+  #reader: ChunkReader | undefined;
   #init: ResponseInit | undefined;
   #headers: Headers | undefined;
   #native: Response | undefined;
@@ -98,6 +102,21 @@ export class LightResponse {
     return response as unknown as Response;
   }
 
+  /** An answer whose body is `reader`'s chunks (chunks.ts's readerResponse). */
+  static [fromReader](reader: ChunkReader, init: ResponseInit): Response {
+    const response = new LightResponse(null, init);
+    response.#reader = reader;
+    return response as unknown as Response;
+  }
+
+  /** The body's chunks without a web stream: a body still arriving, or given as a reader (once). */
+  [ownReader](): ChunkReader | undefined {
+    if (this.#native || this.#used) return undefined;
+    const reader = this.#reader ?? this.#source?.reader();
+    if (reader) [this.#used, this.#reader] = [true, undefined];
+    return reader;
+  }
+
   /** A native Response is one too (a runtime's own fetch answers with those). */
   static [Symbol.hasInstance](value: unknown): boolean {
     return value instanceof NativeResponse;
@@ -110,7 +129,8 @@ export class LightResponse {
   #made(): Response {
     if (this.#native) return this.#native;
     const headers = this.#headers ?? this.#init?.headers;
-    const body = this.#source && !this.#used ? this.#source.stream() : (this.#stream ?? this.#body);
+    // A body read already (or taken by its reader) goes as it was given, or as none: it cannot be had twice.
+    const body = this.#used ? this.#body : this.#source ? this.#source.stream() : (this.#streamBody() ?? this.#body);
     this.#native = new NativeResponse(body as BodyInit | null | undefined, { ...this.#init, headers });
     if (this.#used) this.#native.arrayBuffer().catch(() => {});
     return this.#native;
@@ -121,18 +141,26 @@ export class LightResponse {
     return #body in response ? (response as unknown as LightResponse).#whole() : undefined;
   }
 
-  /** `response`'s parts, if it is a light one with a web stream for body (node-exchange.ts writes it out without a native Response). */
+  /** `response`'s parts, if it is a light one with a web stream or a reader for body (node-exchange.ts writes it out without a native Response). */
   static streamOf(response: Response): StreamedAnswer | undefined {
     return #body in response ? (response as unknown as LightResponse).#streamed() : undefined;
   }
 
   #streamed(): StreamedAnswer | undefined {
-    if (this.#native || !this.#stream) return undefined;
-    return { status: this.status, headers: flatOf(this.#headers ?? this.#init?.headers), body: this.#stream };
+    if (this.#native || this.#used || !(this.#stream || this.#reader)) return undefined;
+    const body = this.#reader ?? this.#stream!.getReader();
+    [this.#used, this.#reader] = [true, undefined];
+    return { status: this.status, headers: flatOf(this.#headers ?? this.#init?.headers), body };
+  }
+
+  /** A reader given as body, made the web stream that others read (once). */
+  #streamBody(): ReadableStream<Uint8Array> | undefined {
+    if (this.#reader) [this.#stream, this.#reader] = [streamOf(this.#reader), undefined];
+    return this.#stream;
   }
 
   #whole(): WholeAnswer | undefined {
-    if (this.#native || this.#used || this.#source || this.#stream) return undefined;
+    if (this.#native || this.#used || this.#source || this.#stream || this.#reader) return undefined;
     const body = this.#body;
     const headers = flatOf(this.#headers ?? this.#init?.headers);
     if (typeof body === "string" && !this.#headers && !hasName(headers, "content-type")) headers.push("content-type", TEXT);
@@ -210,7 +238,7 @@ export class LightResponse {
     if (this.#native) return this.#native.body;
     // A body still arriving (a runner's stream, relayed) becomes its web stream, and no more.
     if (this.#source && !this.#used) [this.#stream, this.#source] = [this.#source.stream(), undefined];
-    return this.#stream ?? this.#made().body;
+    return this.#streamBody() ?? this.#made().body;
   }
   get bodyUsed(): boolean {
     return this.#native ? this.#native.bodyUsed : this.#used || (this.#stream?.locked ?? false);

@@ -1,5 +1,6 @@
 import type { Readable } from "node:stream";
 import { idleClock, type IdleClock } from "./body-deadline.ts";
+import { ChunkQueue, type ChunkReader } from "./chunks.ts";
 
 // A Node stream as a web stream that reads on only as its reader asks: paused once the reader's
 // queue is full, resumed on its next read; or read whole, when nothing needs a stream. Both directions of Node's and Deno's HTTP use it (a
@@ -64,6 +65,18 @@ export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream
     },
     { highWaterMark: 1 },
   );
+}
+
+/**
+ * `source` read chunk by chunk, without a web stream: paused while a chunk waits for its reader,
+ * resumed on its next read. `failure` is what the reader gets for the source's error.
+ */
+export function pacedReader(source: Readable, { settled, failure, cancel }: Omit<PacedHooks, "idle">): ChunkReader {
+  const queue = new ChunkQueue({ pause: () => source.pause(), resume: () => source.resume(), cancel });
+  source.on("data", (chunk: Buffer) => queue.push(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)));
+  source.once("end", () => (settled?.(), queue.end()));
+  source.once("error", (error) => (settled?.(), queue.fail(failure ? failure(error) : error)));
+  return queue;
 }
 
 /** `source` read to its end in one buffer (no web stream in between); rejects with its error. */

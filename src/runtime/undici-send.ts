@@ -3,9 +3,10 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Dispatcher } from "undici";
 import { bodyFailure, type Answer, type Call } from "./node-client.ts";
 import type { BodySource } from "./node-response.ts";
+import { ChunkQueue, streamOf, type ChunkReader } from "./chunks.ts";
 
 // Node's calls (the photo service, the runners) on undici's dispatch API: the answer's bytes come
-// to handler callbacks and go straight to whoever reads them (whole, or as a web stream). undici's
+// to handler callbacks and go straight to whoever reads them (whole, or chunk by chunk). undici's
 // request API, which this replaces, wraps each answer in a Node Readable and the call in an
 // AsyncResource and a signal listener of its own: 10-11 µs of CPU per call more, here (one process,
 // 16 at a time, a 9 KB album, alternating). Like it, dispatch sends a call once (no retries).
@@ -63,8 +64,9 @@ export const undiciSend =
 type Sink = { body: BodySource | Readable; data(chunk: Buffer): void; end(): void; fail(error: Error): void };
 
 /**
- * A body read whole or as a web stream, whichever its reader asks for first (once). What arrives
- * before that is kept, up to UNREAD_LIMIT; the stream reads on only as its reader pulls.
+ * A body read whole, or chunk by chunk (by a reader of its own, or a web stream made on it),
+ * whichever its reader asks for first (once). What arrives before that is kept, up to
+ * UNREAD_LIMIT; read chunk by chunk, it reads on only as its reader asks.
  */
 class WholeOrStream implements Sink, BodySource {
   readonly body = this;
@@ -73,8 +75,7 @@ class WholeOrStream implements Sink, BodySource {
   #ended = false;
   #error: unknown;
   #whole: { resolve(bytes: Uint8Array): void; reject(error: unknown): void } | undefined;
-  #stream: ReadableStreamDefaultController<Uint8Array> | undefined;
-  #cancelled = false;
+  #queue: ChunkQueue | undefined;
 
   readonly #controller: Dispatcher.DispatchController;
   readonly #failure: (error: Error) => unknown;
@@ -85,12 +86,7 @@ class WholeOrStream implements Sink, BodySource {
   }
 
   data(chunk: Buffer): void {
-    if (this.#cancelled) return;
-    if (this.#stream) {
-      this.#stream.enqueue(chunk);
-      if ((this.#stream.desiredSize ?? 0) <= 0) this.#controller.pause();
-      return;
-    }
+    if (this.#queue) return this.#queue.push(chunk);
     this.#kept.push(chunk);
     this.#keptBytes += chunk.byteLength;
     if (!this.#whole && this.#keptBytes >= UNREAD_LIMIT) this.#controller.pause();
@@ -99,13 +95,13 @@ class WholeOrStream implements Sink, BodySource {
   end(): void {
     this.#ended = true;
     if (this.#whole) this.#whole.resolve(this.#joined());
-    else if (this.#stream && !this.#cancelled) this.#stream.close();
+    else this.#queue?.end();
   }
 
   fail(error: Error): void {
     this.#error = this.#failure(error);
     if (this.#whole) this.#whole.reject(this.#error);
-    else if (this.#stream && !this.#cancelled) this.#stream.error(this.#error);
+    else this.#queue?.fail(this.#error);
   }
 
   whole(): Promise<Uint8Array> {
@@ -117,24 +113,23 @@ class WholeOrStream implements Sink, BodySource {
     });
   }
 
+  reader(): ChunkReader {
+    const controller = this.#controller;
+    const queue = (this.#queue = new ChunkQueue({
+      pause: () => controller.pause(),
+      resume: () => controller.resume(),
+      cancel: (reason) => controller.abort(reason instanceof Error ? reason : new Error("the answer's reader cancelled it")),
+    }));
+    // What was kept goes first (pausing the call, if UNREAD_LIMIT had not: a read resumes it).
+    for (const chunk of this.#kept) queue.push(chunk);
+    this.#kept = [];
+    if (this.#error !== undefined) queue.fail(this.#error);
+    else if (this.#ended) queue.end();
+    return queue;
+  }
+
   stream(): ReadableStream<Uint8Array> {
-    return new ReadableStream<Uint8Array>(
-      {
-        start: (stream) => {
-          for (const chunk of this.#kept) stream.enqueue(chunk);
-          this.#kept = [];
-          if (this.#error !== undefined) return stream.error(this.#error);
-          if (this.#ended) return stream.close();
-          this.#stream = stream;
-        },
-        pull: () => this.#controller.resume(),
-        cancel: (reason) => {
-          this.#cancelled = true;
-          if (!this.#ended && this.#error === undefined) this.#controller.abort(reason instanceof Error ? reason : new Error("the answer's reader cancelled it"));
-        },
-      },
-      { highWaterMark: 1 },
-    );
+    return streamOf(this.reader());
   }
 
   #joined(): Uint8Array {

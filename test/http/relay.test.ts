@@ -1,10 +1,11 @@
 import { describe, expect, it } from "vitest";
 import { relay } from "../../src/http/relay.ts";
+import { streamOf, type ChunkReader } from "../../src/runtime/chunks.ts";
 
 // The relay on its own: a source that stalls while its runner dies, one that ends, a client that leaves.
 
 const bytes = (text: string) => new TextEncoder().encode(text);
-const text = async (stream: ReadableStream<Uint8Array>) => new Response(stream).text();
+const text = async (reader: ChunkReader) => new Response(streamOf(reader)).text();
 
 /** A source that sends `chunks` and then waits forever, remembering why it was cancelled. */
 function stalledSource(chunks: string[]) {
@@ -24,7 +25,7 @@ describe("relay", () => {
   it("passes every chunk on and calls done once at the end", async () => {
     let done = 0;
     const source = new Response("data: 1\n\ndata: 2\n\n").body!;
-    const relayed = relay(source, { died: new AbortController().signal, clientGone: new AbortController().signal }, () => done++, async () => undefined);
+    const relayed = relay(source.getReader(), { died: new AbortController().signal, clientGone: new AbortController().signal }, () => done++, async () => undefined);
     expect(await text(relayed)).toBe("data: 1\n\ndata: 2\n\n");
     expect(done).toBe(1);
   });
@@ -34,7 +35,7 @@ describe("relay", () => {
     const { stream, seen } = stalledSource(["data: 1\n\n"]);
     let done = 0;
     const failures: unknown[] = [];
-    const relayed = relay(stream, { died: died.signal, clientGone: new AbortController().signal }, () => done++, async (error) => {
+    const relayed = relay(stream.getReader(), { died: died.signal, clientGone: new AbortController().signal }, () => done++, async (error) => {
       failures.push(error);
       return bytes("data: the end\n\n");
     });
@@ -50,7 +51,7 @@ describe("relay", () => {
     const died = new AbortController();
     died.abort(new Error("gone already"));
     const { stream } = stalledSource([]);
-    const relayed = relay(stream, { died: died.signal, clientGone: new AbortController().signal }, () => {}, async () => undefined);
+    const relayed = relay(stream.getReader(), { died: died.signal, clientGone: new AbortController().signal }, () => {}, async () => undefined);
     await expect(text(relayed)).rejects.toThrow("gone already");
   });
 
@@ -58,7 +59,7 @@ describe("relay", () => {
     const gone = new AbortController();
     const { stream, seen } = stalledSource(["data: 1\n\n"]);
     let done = 0;
-    relay(stream, { died: new AbortController().signal, clientGone: gone.signal }, () => done++, async () => undefined);
+    relay(stream.getReader(), { died: new AbortController().signal, clientGone: gone.signal }, () => done++, async () => undefined);
     gone.abort(new Error("left"));
     await new Promise((resolve) => setTimeout(resolve, 0));
     expect(seen.cancelled).toEqual(new Error("left"));
@@ -69,12 +70,33 @@ describe("relay", () => {
     const gone = new AbortController();
     const { stream } = stalledSource(["data: 1\n\n"]);
     let done = 0;
-    const reader = relay(stream, { died: new AbortController().signal, clientGone: gone.signal }, () => done++, async () => undefined).getReader();
+    const reader = relay(stream.getReader(), { died: new AbortController().signal, clientGone: gone.signal }, () => done++, async () => undefined);
     await reader.read();
     const waiting = reader.read().catch(() => undefined);
     gone.abort(new Error("left"));
     await waiting;
     await new Promise((resolve) => setTimeout(resolve, 0));
     expect(done).toBe(1);
+  });
+});
+
+describe("relay, a client that stops reading", () => {
+  it("cancels the source after clientStallMs unread, and fails the client's next read", async () => {
+    const { stream, seen } = stalledSource(["data: 1\n\n", "data: 2\n\n"]);
+    let done = 0;
+    const reader = relay(stream.getReader(), { died: new AbortController().signal, clientGone: new AbortController().signal, clientStallMs: 30 }, () => done++, async () => bytes("never"));
+    expect((await reader.read()).done).toBe(false);
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    expect([String(seen.cancelled), done]).toEqual(["Error: the client read nothing for 30 ms", 1]);
+    await expect(reader.read()).rejects.toThrow("the client read nothing for 30 ms");
+  });
+
+  it("ends after its last words, and reads as done after them", async () => {
+    const died = new AbortController();
+    const { stream } = stalledSource([]);
+    const reader = relay(stream.getReader(), { died: died.signal, clientGone: new AbortController().signal }, () => {}, async () => bytes("data: the end\n\n"));
+    died.abort(new Error("the runner died"));
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("data: the end\n\n");
+    expect((await reader.read()).done).toBe(true);
   });
 });

@@ -4,7 +4,8 @@ import { connect } from "node:net";
 import { once } from "node:events";
 import { until } from "../support/until.ts";
 import { nodeRuntime } from "../../src/runtime/node.ts";
-import { LightResponse } from "../../src/runtime/node-response.ts";
+import { LightResponse, useLightWebTypes } from "../../src/runtime/node-response.ts";
+import { bodyReader, ChunkQueue, readerResponse } from "../../src/runtime/chunks.ts";
 import type { Listener } from "../../src/runtime/types.ts";
 
 // The Node/Deno adapter's light Request and Response (node-request.ts, node-response.ts), through
@@ -76,6 +77,14 @@ beforeAll(async () => {
 afterAll(async () => {
   await listener.close(1_000);
 });
+
+/** A reader of one chunk, `text`, and its end. */
+function queueOf(text: string): ChunkQueue {
+  const queue = new ChunkQueue({ pause() {}, resume() {}, cancel() {} });
+  queue.push(new TextEncoder().encode(text));
+  queue.end();
+  return queue;
+}
 
 describe("through node:http", () => {
   it("a handler reads method, headers and a whole JSON body from a Request that is instanceof Request", async () => {
@@ -156,7 +165,9 @@ describe("the light Response", () => {
     const given = stream();
     const light = new LightResponse(given, { status: 202, headers: { "x-a": "1" } }) as unknown as Response;
     expect([light.body === given, light.bodyUsed, light.status, light.headers.get("x-a")]).toEqual([true, false, 202, "1"]);
-    expect(LightResponse.streamOf(light)).toMatchObject({ status: 202, headers: ["x-a", "1"], body: given });
+    const written = LightResponse.streamOf(light)!;
+    expect(written).toMatchObject({ status: 202, headers: ["x-a", "1"] });
+    expect([given.locked, light.bodyUsed, new TextDecoder().decode((await written.body.read()).value)]).toEqual([true, true, "streamed"]);
     expect(await (new LightResponse(stream()) as unknown as Response).text()).toBe("streamed");
     const locked = stream();
     locked.getReader();
@@ -167,12 +178,32 @@ describe("the light Response", () => {
   it("hands on a body still arriving as its source's one stream, read as the native one would", async () => {
     let made = 0;
     const piece = () => new ReadableStream<Uint8Array>({ start: (c) => (c.enqueue(new TextEncoder().encode("piece")), c.close()) });
-    const source = { whole: async () => new TextEncoder().encode("whole"), stream: () => (made++, piece()) };
+    const source = { whole: async () => new TextEncoder().encode("whole"), reader: () => piece().getReader(), stream: () => (made++, piece()) };
     const light = LightResponse.streamed(source, { status: 200 });
     expect(light.body).toBe(light.body);
     expect([made, light.bodyUsed]).toEqual([1, false]);
     expect(await light.text()).toBe("piece");
     expect(light.bodyUsed).toBe(true);
+  });
+
+  it("hands on a body still arriving as its source's own reader, once, with no web stream made", async () => {
+    let made = 0;
+    const source = { whole: async () => new Uint8Array(), reader: () => queueOf("own"), stream: () => (made++, new ReadableStream<Uint8Array>()) };
+    const light = LightResponse.streamed(source, { status: 200 });
+    const reader = bodyReader(light)!;
+    expect([made, light.bodyUsed, bodyReader(light)]).toEqual([0, true, undefined]);
+    expect(new TextDecoder().decode((await reader.read()).value)).toBe("own");
+  });
+
+  it("keeps a reader given as body for its writer, and makes it a web stream for anyone else", async () => {
+    useLightWebTypes(); // as serving through node:http does
+    const answer = readerResponse(queueOf("relayed"), { status: 201, headers: { "x-b": "2" } });
+    expect(answer).toBeInstanceOf(LightResponse);
+    const written = LightResponse.streamOf(answer)!;
+    expect([written.status, written.headers, new TextDecoder().decode((await written.body.read()).value)]).toEqual([201, ["x-b", "2"], "relayed"]);
+    expect(LightResponse.streamOf(answer)).toBeUndefined();
+    expect(await readerResponse(queueOf("read by a handler"), { status: 200 }).text()).toBe("read by a handler");
+    expect(readerResponse(queueOf("x"), { status: 200 }).body).toBeInstanceOf(ReadableStream);
   });
 
   it("a body read as a stream makes the native Response, with the same bytes", async () => {
