@@ -50,6 +50,21 @@ async function handler(request: Request): Promise<Response> {
     });
     return new Response(stream, { headers: { "content-type": "text/event-stream" } });
   }
+  if (path === "/burst") {
+    // A stream's last chunks and its end in one turn, after a wait (a runner's last events): corked
+    // into one write, none may be lost.
+    const encoder = new TextEncoder();
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(encoder.encode("first "));
+        setTimeout(() => {
+          for (const part of ["second ", "third ", "last"]) controller.enqueue(encoder.encode(part));
+          controller.close();
+        }, 20);
+      },
+    });
+    return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+  }
   if (path === "/native") return new NativeResponse("from the native class", { headers: { "x-native": "yes" } });
   if (path === "/empty") return new Response(null, { status: 204 });
   return new Response("not found", { status: 404 });
@@ -127,6 +142,10 @@ describe("through node:http", () => {
     expect(answer).toMatchObject({ status: 200, text: "data: one\n\ndata: two\n\ndata: [DONE]\n\n" });
     expect(answer.headers).toMatchObject({ "content-type": "text/event-stream", "transfer-encoding": "chunked" });
     expect(answer.headers["content-length"]).toBeUndefined();
+  });
+
+  it("an answer's last chunks and its end, come together, arrive whole (the socket corked for them)", async () => {
+    expect(await call("/burst")).toMatchObject({ status: 200, text: "first second third last" });
   });
 
   it("headers set after the Response was made are sent; a native Response is sent as it is; a 204 has no body", async () => {
