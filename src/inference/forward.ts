@@ -132,10 +132,11 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   // is never buffered.
   let head: Uint8Array | undefined;
   const tail: Uint8Array[] = [];
+  let chunks = 0;
   const seen = (chunk: Uint8Array) => {
     lease.heard(chunk);
     if (!timer) return;
-    if (!head) {
+    if (chunks++ === 0) {
       timer.firstByte();
       head = chunk.subarray(0, TAIL_BYTES);
     }
@@ -144,7 +145,7 @@ export async function forward(forwarded: Forwarded): Promise<Response> {
   };
   const done = () => {
     release();
-    timer?.end(upstream.ok, `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`);
+    timer?.end(upstream.ok, meteredText(head, tail, chunks));
   };
   const relayed = relay(
     source,
@@ -253,6 +254,15 @@ function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
   if (!clock) return;
   const overhead = performance.now() - clock.startedAt - clock.waitedMs - runnerMs;
   headers.set(OVERHEAD_HEADER, Math.max(0, overhead).toFixed(2));
+}
+
+/**
+ * What the meters read of a stream: its first chunk's start and its last chunks' end, each once. A
+ * short answer's first chunk is among its last: its text is theirs, decoded once.
+ */
+function meteredText(head: Uint8Array | undefined, tail: Uint8Array[], chunks: number): string {
+  if (chunks <= tail.length && tail.reduce((size, chunk) => size + chunk.length, 0) <= TAIL_BYTES) return tailText(tail);
+  return `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`;
 }
 
 /**
