@@ -272,7 +272,9 @@ async function measureOverhead(runtime: RuntimeName, sides: Side[], load: Load) 
 // the generation's own pace cancels out; what is left is transport, and through us, our relay.
 async function chunkLags(side: Side): Promise<number[]> {
   const body = { model: "ai/tiny", prompt: "Once", max_tokens: 256, ignore_eos: true, stream: true, timings_per_token: true };
-  const response = await post(side.socket, side.path, body);
+  // Straight to llama-server, a fresh connection each: it closes one after a stream, and a pooled one
+  // it closed fails the next stream (ECONNRESET), as the overhead's bursts already knew.
+  const response = await post(side.socket, side.path, body, side.name === "direct");
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
   const lags: number[] = [];
