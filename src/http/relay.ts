@@ -28,9 +28,13 @@ export function relay(
   /** Shown each chunk as it passes (metrics: the first byte, the last events). */
   seen?: (chunk: Uint8Array) => void,
 ): ChunkReader {
-  /** Why the client's next read fails (it stalled), or that it ends (the last words went out). */
+  /**
+   * Why the client's next read fails (it stalled, or the source failed), or that it ends: the last
+   * words went out, or it was cancelled (as a web stream's reads after a cancel, they end, never fail).
+   */
   let after: { error: unknown } | "ended" | undefined;
   const leave = () => {
+    after = "ended";
     finish();
     source.cancel(clientGone.reason).catch(() => {});
   };
@@ -63,9 +67,11 @@ export function relay(
       let chunk: ReadableStreamReadResult<Uint8Array>;
       try {
         chunk = await source.read();
+        if (after === "ended") return DONE; // cancelled while it waited
         // A read that ends because the runner died (its source cancelled) is the failure it is.
         if (chunk.done && died.aborted) throw died.reason;
       } catch (error) {
+        if (after === "ended") return DONE;
         source.cancel(error).catch(() => {});
         finish();
         const tail = await lastWords(error);
@@ -82,6 +88,7 @@ export function relay(
       return chunk;
     },
     cancel(reason) {
+      after = "ended";
       finish();
       return source.cancel(reason);
     },

@@ -53,6 +53,7 @@ async function send(response: Response, res: ServerResponse, departed: AbortSign
   const cancel = () => void reader.cancel(departed.reason).catch(() => {});
   if (departed.aborted) return cancel();
   departed.addEventListener("abort", cancel, { once: true });
+  let pending: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
   try {
     let chunk = await reader.read();
     if (chunk.done) return void res.writeHead(status, headers).end();
@@ -66,13 +67,14 @@ async function send(response: Response, res: ServerResponse, departed: AbortSign
     }
     res.writeHead(status, headers);
     const corked = corking(res);
-    for (let pending = next; !chunk.done; pending = reader.read()) {
+    for (pending = next; !chunk.done; pending = reader.read()) {
       corked.write();
       if (!res.write(chunk.value)) await drained(res, departed);
       chunk = await pending;
     }
     res.end();
   } catch {
+    pending?.catch(() => {}); // a read still on its way when the client left: nobody waits for it now
     res.destroy(); // the body failed midway, or its client left: no well-formed end can follow
   } finally {
     departed.removeEventListener("abort", cancel);

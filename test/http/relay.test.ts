@@ -100,3 +100,19 @@ describe("relay, a client that stops reading", () => {
     expect((await reader.read()).done).toBe(true);
   });
 });
+
+describe("relay, cancelled", () => {
+  it("ends a read in flight as done when its client leaves, though its source then fails (no rejection nobody hears)", async () => {
+    let fail!: (error: unknown) => void;
+    const source = { read: () => new Promise<ReadableStreamReadResult<Uint8Array>>((_, reject) => (fail = reject)), cancel: async () => {} };
+    const gone = new AbortController();
+    const died = new AbortController();
+    const reader = relay(source, { died: died.signal, clientGone: gone.signal }, () => {}, async () => undefined);
+    const reading = reader.read();
+    gone.abort(new Error("the client went away"));
+    died.abort(gone.signal.reason);
+    fail(gone.signal.reason);
+    expect(await reading).toEqual({ done: true, value: undefined });
+    expect(await reader.read()).toEqual({ done: true, value: undefined });
+  });
+});
