@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readdir, readFile } from "node:fs/promises";
+import { mkdir, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { BatchEndpoint, LineError } from "./lines.ts";
 
@@ -38,6 +38,12 @@ export type Batch = {
 
 /** What a batch's creator asks for. */
 export type BatchFields = { input_file_id: string; endpoint: BatchEndpoint; completion_window: string; metadata: Record<string, string> | null };
+
+/**
+ * The most a record's file may hold to be read: far above what ours write (100 listed errors,
+ * 16 pairs of metadata: tens of KiB), so that a file grown by hand is not read whole at start.
+ */
+export const RECORD_LIMIT = 1024 * 1024;
 
 /** How long a batch may take: OpenAI's one completion window. */
 const WINDOW_S = 24 * 3600;
@@ -87,11 +93,28 @@ export async function keptIn(dir: string): Promise<Batch[]> {
   const kept: Batch[] = [];
   for (const name of (await readdir(dir)).filter((n) => n.endsWith(".json"))) {
     const file = join(dir, name);
-    const record = recordIn(await readFile(file, "utf8").catch(() => ""));
+    const record = recordIn((await textWithin(file, RECORD_LIMIT).catch(() => undefined)) ?? "");
     if (record) kept.push(record);
     else console.error(`batches: ${file} is not a batch's record; left out (fix or remove it)`);
   }
   return kept.sort((a, b) => createdMs(a) - createdMs(b) || (a.id < b.id ? -1 : 1));
+}
+
+/** A file's text, read no further than `limit` bytes: undefined if it holds more. */
+async function textWithin(file: string, limit: number): Promise<string | undefined> {
+  const handle = await open(file, "r");
+  try {
+    const buffer = Buffer.allocUnsafe(limit + 1);
+    let size = 0;
+    while (size <= limit) {
+      const { bytesRead } = await handle.read(buffer, size, limit + 1 - size, null);
+      if (bytesRead === 0) return buffer.toString("utf8", 0, size);
+      size += bytesRead;
+    }
+    return undefined;
+  } finally {
+    await handle.close();
+  }
 }
 
 /** `text` as a record, if it is one: the fields every batch is found and ordered by. */
