@@ -1,4 +1,4 @@
-import type { ChunkReader } from "../runtime/chunks.ts";
+import { DONE, type ChunkReader } from "../runtime/chunks.ts";
 import { systemClock } from "./clock.ts";
 
 // Passing a stream on, one chunk per read, so that a slow reader slows its source (nothing is
@@ -94,8 +94,6 @@ export function relay(
     },
   };
 }
-
-const DONE: ReadableStreamReadResult<Uint8Array> = { done: true, value: undefined };
 
 /**
  * Whether a chunk handed over stays unread past `ms`: a wait on the queued clock from each hand-over

@@ -31,7 +31,8 @@ export function readerResponse(reader: ChunkReader, init: ResponseInit): Respons
   return make ? make(reader, init) : new Response(streamOf(reader), init);
 }
 
-const DONE: ReadableStreamReadResult<Uint8Array> = { done: true, value: undefined };
+/** What a read gets at the end. */
+export const DONE: ReadableStreamReadResult<Uint8Array> = { done: true, value: undefined };
 
 /** `reader`'s chunks as a web stream, each read only when its reader asks (high-water mark 0). */
 export function streamOf(reader: ChunkReader): ReadableStream<Uint8Array> {

@@ -2,7 +2,7 @@ import { request as httpRequest, type Agent as HttpAgent, type IncomingHttpHeade
 import { pipeline, Readable } from "node:stream";
 import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import { pacedReader, readWhole } from "./paced-stream.ts";
-import { failedReader, streamOf, type ChunkReader } from "./chunks.ts";
+import { failedReader, type ChunkReader } from "./chunks.ts";
 import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
 
 // A fetch for the calls we make (the photo service, the runners), over a transport of our own
@@ -157,6 +157,5 @@ function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal 
   return {
     whole: () => (failed ? Promise.reject(failure(failed)) : readWhole(source).then((bytes) => (settled(), bytes), (error: Error) => Promise.reject(failure(error)))),
     reader,
-    stream: () => streamOf(reader()),
   };
 }

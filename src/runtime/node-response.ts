@@ -2,8 +2,8 @@
 // whole body (a string, bytes or nothing), as most answers are, or with a web stream or a chunk
 // reader (a relayed answer, chunks.ts), keeps the body and its init as given, and node-exchange.ts
 // writes them out directly; the native Response (its Headers, a web stream for the body, and a
-// reader to get the bytes back out) is made only when a handler reads something else from it. The native one cost Node about as much CPU per answer as the rest of the
-// adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
+// reader to get the bytes back out) is made only when a handler reads something else from it. The
+// native one cost Node about as much CPU per answer as the rest of the adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
 
 import { LightHeaders } from "./node-headers.ts";
 import { fromReader, ownReader, streamOf, type ChunkReader } from "./chunks.ts";
@@ -16,10 +16,10 @@ const isWhole = (body: unknown): body is Whole =>
 
 /**
  * A body still on its way (an answer to one of our calls, node-client.ts): read whole straight from
- * its source, or chunk by chunk by a reader of its own, or as a web stream made only when asked
- * for. One of them is asked for, once.
+ * its source, or chunk by chunk by a reader of its own (a web stream is made on that reader only
+ * when asked for). One of them is asked for, once.
  */
-export type BodySource = { whole(): Promise<Uint8Array>; reader(): ChunkReader; stream(): ReadableStream<Uint8Array> };
+export type BodySource = { whole(): Promise<Uint8Array>; reader(): ChunkReader };
 
 /** What node-exchange.ts writes for a light Response that nobody turned native. */
 export type WholeAnswer = { status: number; headers: string[]; body: Uint8Array | string | undefined };
@@ -130,7 +130,7 @@ export class LightResponse {
     if (this.#native) return this.#native;
     const headers = this.#headers ?? this.#init?.headers;
     // A body read already (or taken by its reader) goes as it was given, or as none: it cannot be had twice.
-    const body = this.#used ? this.#body : this.#source ? this.#source.stream() : (this.#streamBody() ?? this.#body);
+    const body = this.#used ? this.#body : this.#source ? streamOf(this.#source.reader()) : (this.#streamBody() ?? this.#body);
     this.#native = new NativeResponse(body as BodyInit | null | undefined, { ...this.#init, headers });
     if (this.#used) this.#native.arrayBuffer().catch(() => {});
     return this.#native;
@@ -237,7 +237,7 @@ export class LightResponse {
   get body(): ReadableStream<Uint8Array> | null {
     if (this.#native) return this.#native.body;
     // A body still arriving (a runner's stream, relayed) becomes its web stream, and no more.
-    if (this.#source && !this.#used) [this.#stream, this.#source] = [this.#source.stream(), undefined];
+    if (this.#source && !this.#used) [this.#stream, this.#source] = [streamOf(this.#source.reader()), undefined];
     return this.#streamBody() ?? this.#made().body;
   }
   get bodyUsed(): boolean {

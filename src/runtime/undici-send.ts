@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { Dispatcher } from "undici";
 import { bodyFailure, type Answer, type Call } from "./node-client.ts";
 import type { BodySource } from "./node-response.ts";
-import { ChunkQueue, streamOf, type ChunkReader } from "./chunks.ts";
+import { ChunkQueue, type ChunkReader } from "./chunks.ts";
 
 // Node's calls (the photo service, the runners) on undici's dispatch API: the answer's bytes come
 // to handler callbacks and go straight to whoever reads them (whole, or chunk by chunk). undici's
@@ -64,8 +64,8 @@ export const undiciSend =
 type Sink = { body: BodySource | Readable; data(chunk: Buffer): void; end(): void; fail(error: Error): void };
 
 /**
- * A body read whole, or chunk by chunk (by a reader of its own, or a web stream made on it),
- * whichever its reader asks for first (once). What arrives before that is kept, up to
+ * A body read whole, or chunk by chunk by a reader of its own, whichever its reader asks for first
+ * (once). What arrives before that is kept, up to
  * UNREAD_LIMIT; read chunk by chunk, it reads on only as its reader asks.
  */
 class WholeOrStream implements Sink, BodySource {
@@ -126,10 +126,6 @@ class WholeOrStream implements Sink, BodySource {
     if (this.#error !== undefined) queue.fail(this.#error);
     else if (this.#ended) queue.end();
     return queue;
-  }
-
-  stream(): ReadableStream<Uint8Array> {
-    return streamOf(this.reader());
   }
 
   #joined(): Uint8Array {
