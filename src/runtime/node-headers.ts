@@ -12,14 +12,32 @@ const BAD_VALUE = /[\0\r\n]/;
 /** HTTP whitespace at either end of a value, which the spec strips. */
 const EDGES = /^[\t\n\r ]+|[\t\n\r ]+$/g;
 
+/**
+ * Names checked already, each with its lowercase form: the same few come with every request and
+ * every runner answer, and a check and a new lowercase string per name and call were the largest
+ * allocation of our headers (bench/heap-profile.ts). Bounded: emptied when full.
+ */
+const checkedNames = new Map<string, string>();
+const CHECKED_NAMES_KEPT = 512;
+
 function nameOf(name: string, method: string): string {
   const text = String(name);
+  const known = checkedNames.get(text);
+  if (known !== undefined) return known;
   if (!TOKEN.test(text)) throw new TypeError(`Headers.${method}: "${text}" is an invalid header name.`);
-  return text.toLowerCase();
+  const lower = text.toLowerCase();
+  if (checkedNames.size >= CHECKED_NAMES_KEPT) checkedNames.clear();
+  checkedNames.set(text, lower);
+  return lower;
 }
 
+/** HTTP whitespace (tab, line feed, carriage return, space). */
+const isSpace = (code: number) => code === 32 || code === 9 || code === 10 || code === 13;
+
 function valueOf(value: string, method: string): string {
-  const text = String(value).replace(EDGES, "");
+  let text = String(value);
+  // Most values have no whitespace at either end: no replace (and no new string) for them.
+  if (text.length > 0 && (isSpace(text.charCodeAt(0)) || isSpace(text.charCodeAt(text.length - 1)))) text = text.replace(EDGES, "");
   if (BAD_VALUE.test(text)) throw new TypeError(`Headers.${method}: "${text}" is an invalid header value.`);
   return text;
 }
