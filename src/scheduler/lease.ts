@@ -41,21 +41,51 @@ export type LeaseSlot = Pick<Lease, "slot" | "ready" | "prefilled">;
 
 /** A lease on `process`; `released` runs once, at the first `release`. */
 export function createLease(process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void, slot: LeaseSlot = {}): Lease {
-  let done = false;
-  let watched: Watched | undefined;
-  return {
-    ...slot,
-    fetch: process.fetch,
-    exited: process.exited,
-    running: () => process.running(),
-    died,
-    sending: (stream) => void (watched = watchdog?.track(stream)),
-    heard: (chunk) => watched?.heard(chunk),
-    release: () => {
-      if (done) return;
-      done = true;
-      watched?.end();
-      released();
-    },
-  };
+  return new SlotLease(process, died, watchdog, released, slot);
+}
+
+// A class, not an object of closures: every request takes one, and its methods are then shared.
+class SlotLease implements Lease {
+  readonly fetch: typeof fetch;
+  readonly exited: Promise<Error>;
+  readonly died: AbortSignal;
+  readonly slot?: number;
+  readonly ready?: LeaseSlot["ready"];
+  readonly prefilled?: LeaseSlot["prefilled"];
+  readonly #process: RunnerProcess;
+  readonly #watchdog: Watchdog | undefined;
+  #watched: Watched | undefined;
+  #released: (() => void) | undefined;
+
+  constructor(process: RunnerProcess, died: AbortSignal, watchdog: Watchdog | undefined, released: () => void, { slot, ready, prefilled }: LeaseSlot) {
+    this.fetch = process.fetch;
+    this.exited = process.exited;
+    this.died = died;
+    if (slot !== undefined) this.slot = slot;
+    if (ready) this.ready = ready;
+    if (prefilled) this.prefilled = prefilled;
+    this.#process = process;
+    this.#watchdog = watchdog;
+    this.#released = released;
+  }
+
+  running(): boolean {
+    return this.#process.running();
+  }
+
+  sending(stream: boolean): void {
+    this.#watched = this.#watchdog?.track(stream);
+  }
+
+  heard(chunk?: Uint8Array): void {
+    this.#watched?.heard(chunk);
+  }
+
+  release(): void {
+    const released = this.#released;
+    if (!released) return;
+    this.#released = undefined;
+    this.#watched?.end();
+    released();
+  }
 }

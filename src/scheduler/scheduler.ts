@@ -109,7 +109,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       signal?.throwIfAborted();
       refuseIfUnservable(model);
       const runner = active.get(key);
-      const plan = planServe(runner && roster.snapshot(runner), wanted);
+      // A runner's snapshot only where a context is wished (Ollama's num_ctx): most requests wish none.
+      const plan = runner && wanted === undefined ? "use" : planServe(runner && roster.snapshot(runner), wanted);
       if (plan === "replace") replace(runner!);
       return plan === "use" ? runner : undefined;
     };
