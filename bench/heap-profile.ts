@@ -13,7 +13,8 @@ import { setFlagsFromString } from "node:v8";
 // inlining off, so that an inlined callee's objects are not charged to its caller (slower, and
 // shaped a little differently, but named exactly).
 
-const output = process.env.HEAP_PROFILE;
+// "{pid}" in the path is replaced by the process id (to tell apart processes started with the same options).
+const output = process.env.HEAP_PROFILE?.replace("{pid}", String(process.pid));
 if (output) {
   if (process.env.HEAP_PROFILE_NO_INLINING === "1") setFlagsFromString("--no-turbo-inlining --no-maglev-inlining");
   const session = new Session();
@@ -24,12 +25,18 @@ if (output) {
   const start = setTimeout(async () => {
     await post("HeapProfiler.enable");
     await post("HeapProfiler.startSampling", { samplingInterval: 4096, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
-    const stop = setTimeout(async () => {
-      const { profile } = await post<{ profile: unknown }>("HeapProfiler.stopSampling");
-      writeFileSync(output, JSON.stringify(profile));
-      console.log(`heap profile written to ${output}`);
-    }, seconds("HEAP_PROFILE_FOR_S", 8));
-    stop.unref();
+    // Written when the window ends, or when the process exits first (HEAP_PROFILE_FOR_S=0: until
+    // the exit; the inspector answers a session of its own thread at once, so it is written then).
+    const write = () => {
+      session.post("HeapProfiler.stopSampling", (error, result) => {
+        if (error) return;
+        writeFileSync(output, JSON.stringify(result.profile));
+        console.log(`heap profile written to ${output}`);
+      });
+    };
+    const forMs = seconds("HEAP_PROFILE_FOR_S", 8);
+    process.once("exit", write);
+    if (forMs > 0) setTimeout(() => (process.off("exit", write), write()), forMs).unref();
   }, seconds("HEAP_PROFILE_AFTER_S", 15));
   start.unref();
 }
