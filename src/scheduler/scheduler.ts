@@ -6,7 +6,7 @@ import { launchSnapshot, readBudget, type Budget, type LaunchAsk } from "./launc
 import { keepAliveAfterRequest, planAfter, planDelete, planRebalance, unloadable, type RunnerEvent } from "./lifecycle-plan.ts";
 import { runnerKey } from "./policy.ts";
 import { Runner, type RunnerEvents, type RunnerOptions } from "./runner.ts";
-import { memoryInUse, runnerInfo, scrapeRunners } from "./views.ts";
+import { memoryInUse, runnerContexts, runnerInfo, scrapeRunners } from "./views.ts";
 import { fitAnswer, fitRunners } from "./fit.ts";
 import { createRoomWaits } from "./room-waits.ts";
 import { modelName, type Mode, type ModelRef, type RunnerWish } from "./types.ts";
@@ -109,8 +109,8 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       signal?.throwIfAborted();
       refuseIfUnservable(model);
       const runner = active.get(key);
-      // A runner's snapshot only where a context is wished (Ollama's num_ctx): most requests wish none.
-      const plan = runner && wanted === undefined ? "use" : planServe(runner && roster.snapshot(runner), wanted);
+      // Its contexts, not its whole snapshot: every request asks this.
+      const plan = planServe(runner && runnerContexts(runner), wanted);
       if (plan === "replace") replace(runner!);
       return plan === "use" ? runner : undefined;
     };
@@ -242,7 +242,7 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
       refuseIfUnservable(model);
       const runner = active.get(key);
       const changed = Object.keys(changes).length > 0;
-      if (runner && !changed && planServe(roster.snapshot(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
+      if (runner && !changed && planServe(runnerContexts(runner), undefined) === "use") return { action: "loaded", runner: info(runner) };
       const runners = fitRunners(roster.snapshots(), runner?.options.spec.name);
       const plan = planLaunch(snapshotFor({ key, lane: "interactive", settings, wanted: undefined, budget, engine: await deps.engineFor?.(model, settings) }, runners), model, mode);
       if (plan.kind === "refuse") throw plan.error;

@@ -40,6 +40,11 @@ export const runnerSnapshot = (r: Runner, leaving: boolean): RunnerSnapshot => (
   ...(r.options.memory?.host ? { hostBytes: r.options.memory.host } : {}),
   threads: r.options.threads,
   threadsFixed: r.options.threadsFixed,
+  ...runnerContexts(r),
+});
+
+/** The contexts of a runner that decide whether it serves a wished one (planServe): its own, and the one asked for at its launch. */
+export const runnerContexts = (r: Runner): Pick<RunnerSnapshot, "contextSize" | "requestedContext"> => ({
   ...(r.options.spec.contextSize !== undefined ? { contextSize: r.options.spec.contextSize } : {}),
   ...(r.options.requestedContext !== undefined ? { requestedContext: r.options.requestedContext } : {}),
 });
