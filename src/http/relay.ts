@@ -33,11 +33,13 @@ export function relay(
    * words went out, or it was cancelled (as a web stream's reads after a cancel, they end, never fail).
    */
   let after: { error: unknown } | "ended" | undefined;
-  const leave = () => {
+  /** Cancelled (by its reader, or its client left): reads end from here, the source is cancelled. */
+  const end = (reason: unknown) => {
     after = "ended";
     finish();
-    source.cancel(clientGone.reason).catch(() => {});
+    return source.cancel(reason);
   };
+  const leave = () => void end(clientGone.reason).catch(() => {});
   const stalled = unreadWatch(clientStallMs, () => {
     const reason = new Error(`the client read nothing for ${clientStallMs} ms`);
     finish();
@@ -87,11 +89,7 @@ export function relay(
       stalled.handedOver();
       return chunk;
     },
-    cancel(reason) {
-      after = "ended";
-      finish();
-      return source.cancel(reason);
-    },
+    cancel: end,
   };
 }
 
