@@ -3,7 +3,8 @@
 // reader (a relayed answer, chunks.ts), keeps the body and its init as given, and node-exchange.ts
 // writes them out directly; the native Response (its Headers, a web stream for the body, and a
 // reader to get the bytes back out) is made only when a handler reads something else from it. The
-// native one cost Node about as much CPU per answer as the rest of the adapter (bench:runtimes). It is a Response to `instanceof`, as @hono/node-server's is.
+// native one cost Node about as much CPU per answer as the rest of the adapter (bench:runtimes).
+// It is a Response to `instanceof`, as @hono/node-server's is.
 
 import { LightHeaders } from "./node-headers.ts";
 import { fromReader, ownReader, streamOf, type ChunkReader } from "./chunks.ts";
