@@ -61,58 +61,58 @@ export function relay(
   else clientGone.addEventListener("abort", leave, { once: true });
   if (died.aborted) stopReading();
   else died.addEventListener("abort", stopReading, { once: true });
-  return {
-    async read() {
-      if (after === "ended") return DONE;
-      if (after) throw after.error;
-      stalled.read();
-      let chunk: ReadableStreamReadResult<Uint8Array>;
-      try {
-        chunk = await source.read();
-        if (after === "ended") return DONE; // cancelled while it waited
-        // A read that ends because the runner died (its source cancelled) is the failure it is.
-        if (chunk.done && died.aborted) throw died.reason;
-      } catch (error) {
-        if (after === "ended") return DONE;
-        source.cancel(error).catch(() => {});
-        finish();
-        const tail = await lastWords(error);
-        after = tail ? "ended" : { error };
-        if (!tail) throw error;
-        return { done: false, value: tail };
-      }
-      if (chunk.done) {
-        finish();
-        return chunk;
-      }
-      seen?.(chunk.value);
-      stalled.handedOver();
+  /** A failed read (the source's, or the runner died): the last words go out as a last chunk, or the error. */
+  const failed = async (error: unknown): Promise<ReadableStreamReadResult<Uint8Array>> => {
+    if (after === "ended") return DONE;
+    source.cancel(error).catch(() => {});
+    finish();
+    const tail = await lastWords(error);
+    after = tail ? "ended" : { error };
+    if (!tail) throw error;
+    return { done: false, value: tail };
+  };
+  const arrived = (chunk: ReadableStreamReadResult<Uint8Array>): ReadableStreamReadResult<Uint8Array> | Promise<ReadableStreamReadResult<Uint8Array>> => {
+    if (after === "ended") return DONE; // cancelled while it waited
+    // A read that ends because the runner died (its source cancelled) is the failure it is.
+    if (chunk.done && died.aborted) return failed(died.reason);
+    if (chunk.done) {
+      finish();
       return chunk;
+    }
+    seen?.(chunk.value);
+    stalled.handedOver();
+    return chunk;
+  };
+  return {
+    // Not an async function: one made per chunk (its frame kept while the read waits) was the
+    // largest thing a streamed chunk allocated under Node. The callbacks are made once per relay.
+    read() {
+      if (after === "ended") return Promise.resolve(DONE);
+      if (after) return Promise.reject(after.error);
+      stalled.read();
+      return source.read().then(arrived, failed);
     },
     cancel: end,
   };
 }
 
 /**
- * Whether a chunk handed over stays unread past `ms`: a wait on the queued clock from each hand-over
- * to the client's next read (one runtime timer for every stream's waits, not one per stream: a
- * timer set and cleared cost Deno 10-16 µs, see clock.ts).
+ * Whether a chunk handed over stays unread past `ms`: one watch on the queued clock per stream,
+ * started at each hand-over and stopped at the client's next read (one runtime timer for every
+ * stream's waits, not one per stream: a timer set and cleared cost Deno 10-16 µs; and no wait made
+ * per chunk: see clock.ts).
  */
 function unreadWatch(ms: number | undefined, onStall: () => void) {
-  let cancel: (() => void) | undefined;
+  const watch = ms ? systemClock.watch(ms, onStall) : undefined;
   let stopped = false;
   return {
-    read() {
-      cancel?.();
-      cancel = undefined;
-    },
+    read: () => watch?.stop(),
     handedOver() {
-      if (!ms || stopped) return;
-      cancel = systemClock.after(ms, onStall);
+      if (!stopped) watch?.start();
     },
     stop() {
       stopped = true;
-      cancel?.();
+      watch?.stop();
     },
   };
 }
