@@ -67,7 +67,14 @@ export const KEPT_BYTES = 16 * 1024;
 export class ChunkQueue implements ChunkReader {
   #kept: Uint8Array[] = [];
   #keptBytes = 0;
-  #waiting: { resolve(chunk: ReadableStreamReadResult<Uint8Array>): void; reject(error: unknown): void } | undefined;
+  // A pending read's settling functions, kept apart (not in an object made per read).
+  #resolve: ((chunk: ReadableStreamReadResult<Uint8Array>) => void) | undefined;
+  #reject: ((error: unknown) => void) | undefined;
+  /** Keeps a pending read's settling functions: made once per queue, not once per read. */
+  readonly #wait = (resolve: (chunk: ReadableStreamReadResult<Uint8Array>) => void, reject: (error: unknown) => void) => {
+    this.#resolve = resolve;
+    this.#reject = reject;
+  };
   #ended = false;
   #error: unknown;
   #failed = false;
@@ -83,10 +90,10 @@ export class ChunkQueue implements ChunkReader {
 
   push(chunk: Uint8Array): void {
     if (this.#cancelled) return;
-    const waiting = this.#waiting;
-    if (waiting) {
-      this.#waiting = undefined;
-      return waiting.resolve({ done: false, value: chunk });
+    const resolve = this.#resolve;
+    if (resolve) {
+      this.#resolve = this.#reject = undefined;
+      return resolve({ done: false, value: chunk });
     }
     this.#kept.push(chunk);
     this.#keptBytes += chunk.byteLength;
@@ -118,7 +125,7 @@ export class ChunkQueue implements ChunkReader {
     if (this.#failed && !this.#cancelled) return Promise.reject(this.#error);
     if (this.#ended || this.#cancelled) return Promise.resolve(DONE);
     this.#wanted();
-    return new Promise((resolve, reject) => (this.#waiting = { resolve, reject }));
+    return new Promise(this.#wait);
   }
 
   cancel(reason?: unknown): Promise<void> {
@@ -133,11 +140,12 @@ export class ChunkQueue implements ChunkReader {
 
   /** A pending read learns the end: done, or the error (never after a cancel, which reads as done). */
   #settle(): void {
-    const waiting = this.#waiting;
-    if (!waiting || this.#kept.length > 0) return;
-    this.#waiting = undefined;
-    if (this.#failed && !this.#cancelled) waiting.reject(this.#error);
-    else waiting.resolve(DONE);
+    const resolve = this.#resolve;
+    const reject = this.#reject;
+    if (!resolve || !reject || this.#kept.length > 0) return;
+    this.#resolve = this.#reject = undefined;
+    if (this.#failed && !this.#cancelled) reject(this.#error);
+    else resolve(DONE);
   }
 
   #wanted(): void {
