@@ -28,7 +28,8 @@ import { denoPermissions, startServer, type RuntimeName, type ServerProcess } fr
 // 4. cold start (Bun): request to first token for an unloaded model vs spawning llama-server by
 //    hand, polling /health every 5 ms and sending the same request.
 //
-//   npm run bench:inference     (BENCH_RUNTIMES (bun,node,deno), BENCH_LOADS (whole,streamed),
+//   npm run bench:inference     (BENCH_RUNTIMES (bun,node,deno), BENCH_LOADS (whole,streamed; long:
+//                                32-token streams, what each chunk costs, with fewer BENCH_REQUESTS),
 //                                BENCH_ROUNDS, BENCH_REQUESTS, BENCH_WARM, BENCH_CONCURRENCY tune it;
 //                                BENCH_ENTRY=<file> serves ours from another entry (another
 //                                checkout's src/index.ts); BENCH_PROFILE=<dir> writes CPU profiles
@@ -119,6 +120,8 @@ type Load = { label: string; body: object; concurrency: number };
 const LOADS: Record<string, Load> = {
   whole: { label: "max_tokens 1", body: { model: "ai/tiny", prompt: "hi", max_tokens: 1 }, concurrency: CONCURRENCY },
   streamed: { label: "streamed, max_tokens 1", body: { model: "ai/tiny", prompt: "hi", max_tokens: 1, stream: true }, concurrency: CONCURRENCY },
+  // What each chunk of a stream costs: 32 tokens, each an event of its own (not in the default loads).
+  long: { label: "streamed, 32 tokens", body: { model: "ai/tiny", prompt: "hi", max_tokens: 32, ignore_eos: true, stream: true }, concurrency: CONCURRENCY },
 };
 const EMBEDDINGS: Load = { label: "embeddings", body: { model: "ai/embedder", input: "hello there" }, concurrency: Number(process.env.BENCH_EMBED_CONCURRENCY ?? 64) };
 
