@@ -9,8 +9,6 @@ const NativeHeaders = globalThis.Headers;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 const BAD_VALUE = /[\0\r\n]/;
-/** HTTP whitespace at either end of a value, which the spec strips. */
-const EDGES = /^[\t\n\r ]+|[\t\n\r ]+$/g;
 
 /**
  * Names checked already, each with its lowercase form: the same few come with every request and
@@ -34,10 +32,17 @@ function nameOf(name: string, method: string): string {
 /** HTTP whitespace (tab, line feed, carriage return, space). */
 const isSpace = (code: number) => code === 32 || code === 9 || code === 10 || code === 13;
 
+/** `text` without the HTTP whitespace at either end, which the spec strips (itself when it has none, as most values: no new string). */
+function trimmed(text: string): string {
+  let start = 0;
+  let end = text.length;
+  while (start < end && isSpace(text.charCodeAt(start))) start++;
+  while (end > start && isSpace(text.charCodeAt(end - 1))) end--;
+  return start === 0 && end === text.length ? text : text.slice(start, end);
+}
+
 function valueOf(value: string, method: string): string {
-  let text = String(value);
-  // Most values have no whitespace at either end: no replace (and no new string) for them.
-  if (text.length > 0 && (isSpace(text.charCodeAt(0)) || isSpace(text.charCodeAt(text.length - 1)))) text = text.replace(EDGES, "");
+  const text = trimmed(String(value));
   if (BAD_VALUE.test(text)) throw new TypeError(`Headers.${method}: "${text}" is an invalid header value.`);
   return text;
 }
