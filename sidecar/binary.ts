@@ -89,12 +89,21 @@ async function readAll(stream: ReadableStream<Uint8Array>): Promise<string> {
   return new Response(stream).text();
 }
 
+/**
+ * The version in `llama-server --version`'s output. llama.cpp prints it through its log thread,
+ * which now and then has already turned on its line prefix (`0.00.001.982 I `) when the line goes
+ * out, so the prefix may stand before it.
+ */
+export function parseVersion(output: string): string | undefined {
+  return /^(?:[\d.]+ [A-Z] )?version: (.+)$/m.exec(output)?.[1]?.trim() || undefined;
+}
+
 async function reportedVersion(runtime: Runtime, path: string, env: Env, libraryDirs: string[] = []): Promise<string> {
   const child = await runtime.spawn(path, ["--version"], { env: launchEnv(path, env, libraryDirs) });
   const timer = setTimeout(() => child.kill("SIGKILL"), VERSION_TIMEOUT_MS);
   const [out, err, exit] = await Promise.all([readAll(child.stdout), readAll(child.stderr), child.exited]);
   clearTimeout(timer);
-  const version = `${out}\n${err}`.match(/^version: (.+)$/m)?.[1]?.trim();
+  const version = parseVersion(`${out}\n${err}`);
   if (exit.code !== 0 || !version) {
     throw new Error(`${path} --version failed (${exit.signal ?? `code ${exit.code}`}): ${err.trim().slice(-500)}`);
   }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { offloadDevices, resolveLlamaServerBinary } from "../../sidecar/index.ts";
 import { execFileSync } from "node:child_process";
-import { launchEnv, parseListDevices } from "../../sidecar/binary.ts";
+import { launchEnv, parseListDevices, parseVersion } from "../../sidecar/binary.ts";
 import { detectRuntime } from "../../src/runtime/index.ts";
 
 // Whether llama-server can offload to a GPU: what `--list-devices` lists.
@@ -17,6 +17,18 @@ describe("parseListDevices", () => {
     ["no such section", "error: invalid argument: --list-devices\n", []],
   ])("%s", (_, output, devices) => {
     expect(parseListDevices(output)).toEqual(devices);
+  });
+});
+
+describe("parseVersion", () => {
+  it.each<[string, string, string | undefined]>([
+    ["a plain line", "version: 0.5.0-dev (build 1, commit de3ff81)\nbuilt with GNU 12.2.0 for Linux x86_64\n", "0.5.0-dev (build 1, commit de3ff81)"],
+    // llama.cpp's log thread may have turned its prefix on by the time the line goes out.
+    ["behind the log prefix", "0.00.001.982 I srv  llama_server: initializing ...\n0.00.001.982 I version: 0.5.0-dev (build 1, commit de3ff81)\n", "0.5.0-dev (build 1, commit de3ff81)"],
+    ["none", "error: invalid argument: --version\n", undefined],
+    ["an empty one", "version: \n", undefined],
+  ])("%s", (_, output, version) => {
+    expect(parseVersion(output)).toBe(version);
   });
 });
 

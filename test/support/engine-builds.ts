@@ -28,7 +28,7 @@ const WRAPPERS: Record<Exclude<BuildKind, "as-built">, string> = {
 here="$(dirname "$0")"
 case "$1" in
   --help) "$here/llama-server-real" --help | sed -e 's/^-cms,  --checkpoint-min-step N/-cpent, --checkpoint-every-n-tokens N/' -e '/^--swa-full/d'; exit $? ;;
-  --version) "$here/llama-server-real" --version 2>&1 | sed -e 's/^version: /version: 0.4.9-renamed /'; exit 0 ;;
+  --version) "$here/llama-server-real" --version 2>&1 | sed -e 's/version: /version: 0.4.9-renamed /'; exit 0 ;;
 esac
 for arg do
   shift
