@@ -1,4 +1,5 @@
 import type { Clock } from "../http/clock.ts";
+import { listenForAbort } from "../runtime/abort-listener.ts";
 
 /**
  * One signal for an upstream call that aborts when the client goes away or when `ms` pass,
@@ -15,7 +16,7 @@ export function deadline(clientSignal: AbortSignal, ms: number, clock: Clock) {
     controller.abort(new DOMException(`no answer within ${ms} ms`, "TimeoutError"));
   });
   if (clientSignal.aborted) onClientGone();
-  else clientSignal.addEventListener("abort", onClientGone, { once: true });
+  else listenForAbort(clientSignal, onClientGone);
   return {
     signal: controller.signal,
     expired: () => expired,

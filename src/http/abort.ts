@@ -1,3 +1,5 @@
+import { listenForAbort } from "../runtime/abort-listener.ts";
+
 // Waiting on something that may outlive the one who waits for it.
 
 /** Settles as `work` does, or rejects as soon as `signal` aborts (then `onAbort` runs; `work` goes on). */
@@ -6,7 +8,7 @@ export function unlessAborted<T>(work: Promise<T>, signal: AbortSignal | undefin
   return new Promise<T>((resolve, reject) => {
     const abort = () => (onAbort?.(), reject(signal.reason));
     if (signal.aborted) return abort();
-    signal.addEventListener("abort", abort, { once: true });
+    listenForAbort(signal, abort);
     // The listener goes in the same callbacks that settle: a `.finally` would add three promises
     // and two jobs to every chunk a stream relays.
     work.then(
@@ -37,7 +39,7 @@ export function anySignal(signals: AbortSignal[]): { signal: AbortSignal; dispos
   }
   const listeners = signals.map((signal) => () => (dispose(), controller.abort(signal.reason)));
   const dispose = () => signals.forEach((signal, i) => signal.removeEventListener("abort", listeners[i]!));
-  signals.forEach((signal, i) => signal.addEventListener("abort", listeners[i]!, { once: true }));
+  signals.forEach((signal, i) => listenForAbort(signal, listeners[i]!));
   const abort = (reason: unknown) => (dispose(), controller.abort(reason));
   return { signal: controller.signal, dispose, abort };
 }

@@ -1,5 +1,6 @@
 import { DONE, type ChunkReader } from "../runtime/chunks.ts";
 import { systemClock } from "./clock.ts";
+import { listenForAbort } from "../runtime/abort-listener.ts";
 
 // Passing a stream on, one chunk per read, so that a slow reader slows its source (nothing is
 // buffered in our process) and whoever holds a place for it learns when it ends.
@@ -58,9 +59,9 @@ export function relay(
     done();
   };
   if (clientGone.aborted) leave();
-  else clientGone.addEventListener("abort", leave, { once: true });
+  else listenForAbort(clientGone, leave);
   if (died.aborted) stopReading();
-  else died.addEventListener("abort", stopReading, { once: true });
+  else listenForAbort(died, stopReading);
   /** A failed read (the source's, or the runner died): the last words go out as a last chunk, or the error. */
   const failed = async (error: unknown): Promise<ReadableStreamReadResult<Uint8Array>> => {
     if (after === "ended") return DONE;

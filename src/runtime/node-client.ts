@@ -4,6 +4,7 @@ import { createBrotliDecompress, createGunzip, createInflate } from "node:zlib";
 import { pacedReader, readWhole } from "./paced-stream.ts";
 import { failedReader, type ChunkReader } from "./chunks.ts";
 import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
+import { listenForAbort } from "./abort-listener.ts";
 
 // A fetch for the calls we make (the photo service, the runners), over a transport of our own
 // (Node: undici's dispatch API, undici-send.ts; Deno's runner calls: node:http's client) rather
@@ -86,7 +87,7 @@ export const nodeHttpSend =
         signal?.removeEventListener("abort", onAbort);
         resolve({ status: response.statusCode ?? 502, headers: response.headers, body: response });
       });
-      signal?.addEventListener("abort", onAbort, { once: true });
+      if (signal) listenForAbort(signal, onAbort);
       call.once("error", (error) => (signal?.removeEventListener("abort", onAbort), reject(error)));
       call.end(body);
     });
@@ -136,7 +137,7 @@ export const bodyFailure = (signal: AbortSignal | undefined) => (error: Error) =
  */
 function bodySource(source: Readable, socketSide: Readable, signal: AbortSignal | undefined): BodySource {
   const onAbort = () => socketSide.destroy(signal?.reason);
-  signal?.addEventListener("abort", onAbort, { once: true });
+  if (signal) listenForAbort(signal, onAbort);
   const settled = () => signal?.removeEventListener("abort", onAbort);
   const failure = bodyFailure(signal);
   // Heard from the start, read or not: an unheard stream error would end the process.

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FetchHandler } from "./types.ts";
+import type { ChunkReader } from "./chunks.ts";
 import type { BodyDeadline } from "./body-deadline.ts";
 import { answering, lazyRequest } from "./node-request.ts";
 import { LightHeaders } from "./node-headers.ts";
@@ -16,8 +17,13 @@ import { LightResponse, type WholeAnswer } from "./node-response.ts";
 /** Serves one node:http request with `handler`; never throws. */
 export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: ServerResponse, deadline: BodyDeadline): void {
   const departed = new AbortController();
+  // A streamed answer's writer, while it writes: the client's leaving stops it (not a listener on
+  // the signal, which Node's EventTarget makes a few objects for).
+  let streaming: StreamedSend | undefined;
   const onClose = () => {
-    if (!res.writableFinished) departed.abort(new DOMException("the client went away", "AbortError"));
+    if (res.writableFinished) return;
+    departed.abort(new DOMException("the client went away", "AbortError"));
+    streaming?.cancel(departed.signal.reason);
   };
   res.once("close", onClose);
   const request = lazyRequest(req, departed.signal, deadline);
@@ -25,18 +31,30 @@ export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: 
   Promise.resolve()
     .then(() => handler(request))
     .then(
-      // A failure here is ours (a header node:http refuses...): the connection goes, the error is
-      // said (the handlers' own errors are logged and counted before they get here), the server stays.
-      (response) => (answering(request, res), send(response, res, departed.signal).catch((error) => (res.destroy(), console.error("llamadock: an answer could not be written:", error)))),
+      (response) => {
+        answering(request, res);
+        try {
+          streaming = send(response, res);
+          if (streaming && departed.signal.aborted) streaming.cancel(departed.signal.reason);
+        } catch (error) {
+          writeFailed(res, error);
+        }
+      },
       () => (answering(request, res), void (res.headersSent ? res.destroy() : res.writeHead(500, { "content-type": "application/json" }).end(INTERNAL))),
     );
 }
 
+/**
+ * A failure here is ours (a header node:http refuses...): the connection goes, the error is said
+ * (the handlers' own errors are logged and counted before they get here), the server stays.
+ */
+function writeFailed(res: ServerResponse, error: unknown): void {
+  res.destroy();
+  console.error("llamadock: an answer could not be written:", error);
+}
+
 const BAD_REQUEST = JSON.stringify({ error: { message: "malformed request", type: "invalid_request_error", code: "bad_request" } });
 const INTERNAL = JSON.stringify({ error: { message: "internal error", type: "internal_error", code: "internal_error" } });
-
-/** Waits until the current microtasks ran: a body that is already whole has settled its next read by then. */
-const afterMicrotasks = () => new Promise<void>((resolve) => process.nextTick(resolve));
 
 /** A light answer still whole: its body in one write, with its length, and nothing made in between. */
 function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse): void {
@@ -45,76 +63,136 @@ function sendWhole({ status, headers, body }: WholeAnswer, res: ServerResponse):
   res.writeHead(status, headers).end(body);
 }
 
-async function send(response: Response, res: ServerResponse, departed: AbortSignal): Promise<void> {
+/** Sends `response`: at once when it is whole, else by a writer that it returns (for the client's leaving to stop). */
+function send(response: Response, res: ServerResponse): StreamedSend | undefined {
   const whole = LightResponse.wholeOf(response);
-  if (whole) return sendWhole(whole, res);
+  if (whole) return void sendWhole(whole, res);
   const { status, headers, body: reader } = LightResponse.streamOf(response) ?? { status: response.status, headers: LightHeaders.flatList(response.headers), body: response.body?.getReader() };
   if (!reader) return void res.writeHead(status, headers).end();
-  const cancel = () => void reader.cancel(departed.reason).catch(() => {});
-  if (departed.aborted) return cancel();
-  departed.addEventListener("abort", cancel, { once: true });
-  let pending: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
-  try {
-    let chunk = await reader.read();
-    if (chunk.done) return void res.writeHead(status, headers).end();
-    // The common answer is whole already (JSON): one write with its length, not chunked.
-    let settled = false;
-    const next = reader.read().finally(() => (settled = true));
-    await afterMicrotasks();
-    if (settled && (await next).done) {
-      headers.push("content-length", String(chunk.value.byteLength));
-      return void res.writeHead(status, headers).end(chunk.value);
-    }
-    res.writeHead(status, headers);
-    const corked = corking(res);
-    for (pending = next; !chunk.done; pending = reader.read()) {
-      corked.write();
-      if (!res.write(chunk.value)) await drained(res, departed);
-      chunk = await pending;
-    }
-    res.end();
-  } catch {
-    pending?.catch(() => {}); // a read still on its way when the client left: nobody waits for it now
-    res.destroy(); // the body failed midway, or its client left: no well-formed end can follow
-  } finally {
-    departed.removeEventListener("abort", cancel);
-  }
+  return new StreamedSend(res, reader, status, headers).start();
 }
+
+type Read = ReadableStreamReadResult<Uint8Array>;
 
 /**
- * Chunks written in one turn go out in one write: the socket is corked at a turn's first write and
- * uncorked at its end. A short answer's last events and the chunked terminator, arriving together,
- * were a write (a syscall, about a fifth of Node's CPU on short streams) each. The socket, not the
- * response: Node 22's corked response keeps chunks aside and sends them after the terminator that
- * end() writes (the client never sees them).
+ * A body read as chunks, written out as they come, by callbacks made once per answer: an async loop
+ * kept a frame and resumed it at each chunk, about 0.6 KB a short stream under Node. The common
+ * answer is whole already (JSON): when its reader ends in the turn its first chunk came in, it goes
+ * in one write with its length, not chunked. Written while the socket takes it; read again on drain.
  */
-function corking(res: ServerResponse): { write(): void } {
-  const socket = res.socket;
-  let corked = false;
-  const uncork = () => {
-    corked = false;
-    if (!res.writableEnded) socket!.uncork(); // end() flushed it already
-  };
-  return {
-    write() {
-      if (corked || !socket) return;
-      corked = true;
-      socket.cork();
-      process.nextTick(uncork);
-    },
-  };
-}
+class StreamedSend {
+  /** The first chunk, kept until its turn ends or the end follows it in that turn. */
+  #held: Uint8Array | undefined;
+  #over = false;
+  #corked = false;
+  readonly #res: ServerResponse;
+  readonly #reader: ChunkReader;
+  readonly #status: number;
+  readonly #headers: string[];
 
-function drained(res: ServerResponse, departed: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (departed.aborted) return reject(departed.reason);
-    const done = () => {
-      res.off("drain", done);
-      departed.removeEventListener("abort", done);
-      if (departed.aborted) reject(departed.reason);
-      else resolve();
-    };
-    res.once("drain", done);
-    departed.addEventListener("abort", done, { once: true });
-  });
+  constructor(res: ServerResponse, reader: ChunkReader, status: number, headers: string[]) {
+    this.#res = res;
+    this.#reader = reader;
+    this.#status = status;
+    this.#headers = headers;
+  }
+
+  start(): this {
+    this.#reader.read().then(this.#first, this.#failed);
+    return this;
+  }
+
+  /** The client left: the body is cancelled (a stream that produces on its own would go on for nobody). */
+  cancel(reason: unknown): void {
+    if (this.#over) return;
+    this.#over = true;
+    this.#reader.cancel(reason).catch(() => {});
+  }
+
+  readonly #first = (chunk: Read): void => {
+    if (this.#over) return;
+    if (chunk.done) return this.#end(undefined);
+    this.#held = chunk.value;
+    this.#reader.read().then(this.#next, this.#failed);
+    process.nextTick(this.#turnEnded); // after the microtasks: a body already whole has settled its next read by then
+  };
+
+  /** The first chunk's turn ended without the body's end: the answer goes chunked, as it comes. */
+  readonly #turnEnded = (): void => {
+    const held = this.#held;
+    if (held === undefined || this.#over) return;
+    this.#held = undefined;
+    this.#write(held); // the next read is on its way already: a full socket is waited for after it
+  };
+
+  readonly #next = (chunk: Read): void => {
+    if (this.#over) return;
+    if (chunk.done) return this.#end(this.#held);
+    this.#turnEnded(); // the first chunk, if its turn has not ended yet
+    if (this.#over) return;
+    if (this.#write(chunk.value)) this.#reader.read().then(this.#next, this.#failed);
+    else if (!this.#over) this.#res.once("drain", this.#drained);
+  };
+
+  readonly #drained = (): void => {
+    if (!this.#over) this.#reader.read().then(this.#next, this.#failed);
+  };
+
+  /** The body failed midway: no well-formed end can follow. */
+  readonly #failed = (): void => {
+    if (this.#over) return;
+    this.#over = true;
+    this.#res.destroy();
+  };
+
+  /** Writes a chunk, the head before the first: false when the socket wants a drain first (or the write failed). */
+  #write(chunk: Uint8Array): boolean {
+    try {
+      if (!this.#res.headersSent) this.#res.writeHead(this.#status, this.#headers);
+      this.#cork();
+      return this.#res.write(chunk);
+    } catch (error) {
+      this.#broke(error);
+      return false;
+    }
+  }
+
+  /** Ends the answer; `whole`: all of its body, nothing sent yet, so it goes with its length. */
+  #end(whole: Uint8Array | undefined): void {
+    this.#over = true;
+    try {
+      if (this.#res.headersSent) return void this.#res.end();
+      if (whole) this.#headers.push("content-length", String(whole.byteLength));
+      this.#res.writeHead(this.#status, this.#headers).end(whole);
+    } catch (error) {
+      this.#broke(error);
+    }
+  }
+
+  /**
+   * Chunks written in one turn go out in one write: the socket is corked at a turn's first write and
+   * uncorked at its end. A short answer's last events and the chunked terminator, arriving together,
+   * were a write (a syscall, about a fifth of Node's CPU on short streams) each. The socket, not the
+   * response: Node 22's corked response keeps chunks aside and sends them after the terminator that
+   * end() writes (the client never sees them).
+   */
+  #cork(): void {
+    const socket = this.#res.socket;
+    if (this.#corked || !socket) return;
+    this.#corked = true;
+    socket.cork();
+    process.nextTick(this.#uncork);
+  }
+
+  readonly #uncork = (): void => {
+    this.#corked = false;
+    if (!this.#res.writableEnded) this.#res.socket?.uncork(); // end() flushed it already
+  };
+
+  /** A write threw (ours: a header node:http refuses...): the answer ends there, its body with it. */
+  #broke(error: unknown): void {
+    this.#over = true;
+    this.#reader.cancel(error).catch(() => {});
+    writeFailed(this.#res, error);
+  }
 }

@@ -4,6 +4,7 @@ import type { Dispatcher } from "undici";
 import { bodyFailure, type Answer, type Call } from "./node-client.ts";
 import type { BodySource } from "./node-response.ts";
 import { ChunkQueue, type ChunkReader } from "./chunks.ts";
+import { listenForAbort } from "./abort-listener.ts";
 
 // Node's calls (the photo service, the runners) on undici's dispatch API: the answer's bytes come
 // to handler callbacks and go straight to whoever reads them (whole, or chunk by chunk). undici's
@@ -28,7 +29,7 @@ export const undiciSend =
         controller?.abort(signal!.reason);
       };
       const settled = () => signal?.removeEventListener("abort", onAbort);
-      signal?.addEventListener("abort", onAbort, { once: true });
+      if (signal) listenForAbort(signal, onAbort);
       const failure = bodyFailure(signal);
       const handler: Dispatcher.DispatchHandler = {
         onRequestStart(started) {

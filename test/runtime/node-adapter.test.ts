@@ -13,6 +13,10 @@ import type { Listener } from "../../src/runtime/types.ts";
 // native classes would give; whatever it does not read is never made.
 
 const NativeResponse = globalThis.Response;
+const BIG_CHUNK = 64 * 1024;
+const BIG_CHUNKS = 512;
+let endlessCancelled = false;
+let bigChunksMade = 0;
 let listener: Listener;
 let base: string;
 
@@ -64,6 +68,35 @@ async function handler(request: Request): Promise<Response> {
       },
     });
     return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+  }
+  if (path === "/endless") {
+    // An answer that produces on its own until cancelled: the client's leaving must cancel it.
+    return new Response(
+      new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          controller.enqueue(new TextEncoder().encode("data: more\n\n"));
+        },
+        cancel() {
+          endlessCancelled = true;
+        },
+      }),
+      { headers: { "content-type": "text/event-stream" } },
+    );
+  }
+  if (path === "/big") {
+    // Far more than the socket buffers hold, made as it is read: a client that stops reading stops it.
+    let made = 0;
+    return new Response(
+      new ReadableStream<Uint8Array>({
+        pull(controller) {
+          if (made === BIG_CHUNKS) return controller.close();
+          bigChunksMade = ++made;
+          controller.enqueue(new Uint8Array(BIG_CHUNK).fill(7));
+        },
+      }),
+      { headers: { "content-type": "application/octet-stream" } },
+    );
   }
   if (path === "/native") return new NativeResponse("from the native class", { headers: { "x-native": "yes" } });
   if (path === "/empty") return new Response(null, { status: 204 });
@@ -146,6 +179,51 @@ describe("through node:http", () => {
 
   it("an answer's last chunks and its end, come together, arrive whole (the socket corked for them)", async () => {
     expect(await call("/burst")).toMatchObject({ status: 200, text: "first second third last" });
+  });
+
+  it("a body in one piece goes out with its length, not chunked, even from a native Response", async () => {
+    const native = await call("/native");
+    expect(native.headers["content-length"]).toBe(String("from the native class".length));
+    expect(native.headers["transfer-encoding"]).toBeUndefined();
+  });
+
+  it("a client that leaves mid-stream cancels the answer's body", async () => {
+    endlessCancelled = false;
+    const url = new URL("/endless", base);
+    await new Promise<void>((resolve, reject) => {
+      const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname }, (res) => {
+        res.once("data", () => (req.destroy(), resolve()));
+      });
+      req.on("error", (error) => (req.destroyed ? undefined : reject(error)));
+      req.end();
+    });
+    await until(() => endlessCancelled, "the body's cancel");
+  });
+
+  it("a client that stops reading stops the body's making; once it reads again, the body arrives whole", async () => {
+    const url = new URL("/big", base);
+    let received = 0;
+    const done = new Promise<void>((resolve, reject) => {
+      const req = httpRequest({ host: url.hostname, port: url.port, path: url.pathname }, (res) => {
+        res.pause();
+        res.on("data", (chunk: Buffer) => (received += chunk.byteLength));
+        res.once("end", resolve);
+        // Paused until the making stands still (the socket's buffers full), then read to the end.
+        let seen = -1;
+        const settle = setInterval(() => {
+          if (bigChunksMade === seen && seen > 0) return clearInterval(settle), stoodAt(seen), res.resume();
+          seen = bigChunksMade;
+        }, 300);
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    let stood = 0;
+    const stoodAt = (made: number) => (stood = made);
+    await done;
+    expect(stood).toBeGreaterThan(0);
+    expect(stood).toBeLessThan(BIG_CHUNKS);
+    expect(received).toBe(BIG_CHUNK * BIG_CHUNKS);
   });
 
   it("headers set after the Response was made are sent; a native Response is sent as it is; a 204 has no body", async () => {
