@@ -76,9 +76,10 @@ type Read = ReadableStreamReadResult<Uint8Array>;
 
 /**
  * A body read as chunks, written out as they come, by callbacks made once per answer: an async loop
- * kept a frame and resumed it at each chunk, about 0.6 KB a short stream under Node. The common
- * answer is whole already (JSON): when its reader ends in the turn its first chunk came in, it goes
- * in one write with its length, not chunked. Written while the socket takes it; read again on drain.
+ * kept a frame and resumed it at each chunk (with its helpers, 2.5 KB a short stream under Node
+ * against 0.7 now; see docs/benchmarks.md). The common answer is whole already (JSON): when its
+ * reader ends in the turn its first chunk came in, it goes in one write with its length, not
+ * chunked. Written while the socket takes it; read again on drain.
  */
 class StreamedSend {
   /** The first chunk, kept until its turn ends or the end follows it in that turn. */
