@@ -103,6 +103,10 @@ class StreamedSend {
     return this;
   }
 
+  #readNext(): void {
+    this.#reader.read().then(this.#next, this.#failed);
+  }
+
   /** The client left: the body is cancelled (a stream that produces on its own would go on for nobody). */
   cancel(reason: unknown): void {
     if (this.#over) return;
@@ -114,7 +118,7 @@ class StreamedSend {
     if (this.#over) return;
     if (chunk.done) return this.#end(undefined);
     this.#held = chunk.value;
-    this.#reader.read().then(this.#next, this.#failed);
+    this.#readNext();
     process.nextTick(this.#turnEnded); // after the microtasks: a body already whole has settled its next read by then
   };
 
@@ -131,12 +135,12 @@ class StreamedSend {
     if (chunk.done) return this.#end(this.#held);
     this.#turnEnded(); // the first chunk, if its turn has not ended yet
     if (this.#over) return;
-    if (this.#write(chunk.value)) this.#reader.read().then(this.#next, this.#failed);
+    if (this.#write(chunk.value)) this.#readNext();
     else if (!this.#over) this.#res.once("drain", this.#drained);
   };
 
   readonly #drained = (): void => {
-    if (!this.#over) this.#reader.read().then(this.#next, this.#failed);
+    if (!this.#over) this.#readNext();
   };
 
   /** The body failed midway: no well-formed end can follow. */
