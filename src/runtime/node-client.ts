@@ -7,7 +7,8 @@ import { LightResponse, NULL_BODY, type BodySource } from "./node-response.ts";
 import { listenForAbort } from "./abort-listener.ts";
 
 // A fetch for the calls we make (the photo service, the runners), over a transport of our own
-// (Node: undici's dispatch API, undici-send.ts; Deno's runner calls: node:http's client) rather
+// (undici's dispatch API, undici-send.ts; node:http's client for Deno's runner calls and Node's that
+// close their connection) rather
 // than over undici's fetch: the fetch spec's machinery (a Request, its body and signal steps, a fetch
 // controller per call) cost Node 2-3x the CPU of the call itself (a 50-photo album: about 330 vs
 // 95-125 µs per call, same run). It does what our calls ask of fetch: method, headers, a whole
@@ -49,6 +50,12 @@ export function callFetch(send: (call: Call) => Promise<Answer>): typeof fetch {
   }) as typeof fetch;
 }
 
+/** Whether a call asks for its connection to be closed after its answer (`Connection: close`, any case). */
+export function closesConnection({ headers }: Call): boolean {
+  for (const name in headers) if (name.length === 10 && name.toLowerCase() === "connection") return headers[name]!.trim().toLowerCase() === "close";
+  return false;
+}
+
 /** Where a call goes: origin, and path with its query. */
 type Target = { origin: string; path: string };
 
@@ -70,7 +77,8 @@ function target(input: string): Target {
 
 /**
  * node:http's client with `agent`, to `socketPath` when given: Deno's calls to its runners (Deno's
- * own fetch sends absolute-form request targets over a Unix socket, which llama-server answers 404).
+ * own fetch sends absolute-form request targets over a Unix socket, which llama-server answers 404),
+ * and Node's that close their connection (src/runtime/node.ts).
  * Not for the photo service: under Deno it too sends a request again on a reset reused connection.
  */
 export const nodeHttpSend =

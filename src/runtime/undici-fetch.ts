@@ -7,13 +7,16 @@ import { undiciSend } from "./undici-send.ts";
  * client, a third of fetch's, per call on Node), undici loaded when this is made, not with the
  * module: an idle model runner holds none of it (about 11 MiB).
  */
-export function undiciFetch(dispatcher: () => Promise<Dispatcher>): typeof fetch {
+export const undiciFetch = (dispatcher: () => Promise<Dispatcher>): typeof fetch => callFetch(lazyUndiciSend(dispatcher));
+
+/** undici's dispatch on the dispatcher made by `dispatcher`, which is made now, not on the first call. */
+export function lazyUndiciSend(dispatcher: () => Promise<Dispatcher>): (call: Call) => Promise<Answer> {
   // Loading starts now, not on the first call: under load it took longer than a call's deadline.
   let loaded: ((call: Call) => Promise<Answer>) | undefined;
   const send = dispatcher().then((made) => (loaded = undiciSend(made)));
   send.catch(() => {}); // a failed load fails each call instead
   // Once loaded, a call goes straight on: an async frame awaiting the load cost each call a promise.
-  return callFetch((call) => (loaded ? loaded(call) : send.then((ready) => ready(call))));
+  return (call) => (loaded ? loaded(call) : send.then((ready) => ready(call)));
 }
 
 /**
