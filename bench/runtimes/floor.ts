@@ -7,7 +7,8 @@ import { Pool } from "undici/index.js";
 // does it fastest, and exactly-once like ours (never a second call on a reset reused connection).
 // Run as FLOOR=album (TCP in, the photo service at PHOTOS_API_BASE_URL out: fetch the photos, wrap
 // them) or FLOOR=inference (PROXY_SOCKET in, RUNNER_UPSTREAM_SOCKET out, the body passed as it is).
-// - Node: node:http and an undici Pool (keep-alive; undici never resends a request);
+// - Node: node:http and an undici Pool (keep-alive; undici never resends a request), a stream's call
+//   (Connection: close) through node:http's client, as ours sends it;
 // - Deno: Deno.serve and, for the album, an undici Pool too (undici runs on Deno); for inference
 //   node:http's client with a keep-alive Agent (Deno's fetch cannot send a path over a Unix socket);
 // - Bun: Bun.serve and, for the album, an undici Pool (undici runs on Bun, loaded by its file);
@@ -69,6 +70,9 @@ async function pooledPhotos(pool: Pool, albumId: string): Promise<string> {
 
 function nodeFloor(): void {
   const pool = kind === "album" ? albumPool() : new Pool("http://runner", { socketPath: runner, connections: 64 });
+  // A stream's call (Connection: close) through node:http's client, as ours sends it (src/runtime/node.ts):
+  // undici makes and formats an Error for each connection it closes.
+  const streams = new Agent();
   nodeListen(async (req, res) => {
     try {
       if (kind === "album") {
@@ -76,15 +80,26 @@ function nodeFloor(): void {
         res.writeHead(200, { "content-type": "application/json" }).end(wrap(albumId, await pooledPhotos(pool, albumId)));
       } else {
         const body = await readAll(req);
-        const upstream = await pool.request({ path: req.url ?? "/", method: "POST", headers: callHeaders(body), body });
-        res.writeHead(upstream.statusCode, { "content-type": String(upstream.headers["content-type"] ?? "application/json") });
-        for await (const chunk of upstream.body) res.write(chunk);
-        res.end();
+        const path = req.url ?? "/";
+        if (streamed(body)) {
+          const upstream = await nodeClientCall({ agent: streams, socketPath: runner, method: "POST", path, headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
+          await passOn(res, upstream.statusCode ?? 502, upstream.headers["content-type"], upstream);
+        } else {
+          const upstream = await pool.request({ path, method: "POST", headers: callHeaders(body), body });
+          await passOn(res, upstream.statusCode, upstream.headers["content-type"], upstream.body);
+        }
       }
     } catch (error) {
       res.writeHead(502).end(String(error));
     }
   });
+}
+
+/** A runner's answer passed on as it comes, with its status and type only. */
+async function passOn(res: ServerResponse, status: number, type: string | string[] | undefined, body: AsyncIterable<Uint8Array>): Promise<void> {
+  res.writeHead(status, { "content-type": String(type ?? "application/json") });
+  for await (const chunk of body) res.write(chunk);
+  res.end();
 }
 
 function nodeClientCall(options: Record<string, unknown>, body?: Uint8Array): Promise<IncomingMessage> {
@@ -164,9 +179,7 @@ function denoNodeHttpFloor(): void {
     try {
       const body = await readAll(req);
       const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path: req.url ?? "/", headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
-      res.writeHead(upstream.statusCode ?? 502, { "content-type": String(upstream.headers["content-type"] ?? "application/json") });
-      for await (const chunk of upstream) res.write(chunk);
-      res.end();
+      await passOn(res, upstream.statusCode ?? 502, upstream.headers["content-type"], upstream);
     } catch (error) {
       res.writeHead(502).end(String(error));
     }
