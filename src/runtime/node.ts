@@ -1,8 +1,8 @@
+import { Agent as HttpAgent } from "node:http";
+import { callFetch, closesConnection, nodeHttpSend } from "./node-client.ts";
 import { serveWithNodeHttp } from "./node-http.ts";
 import { nodeSpawn } from "./node-spawn.ts";
 import { onFirstShutdownSignal } from "./shutdown.ts";
-import { Agent as HttpAgent } from "node:http";
-import { callFetch, closesConnection, nodeHttpSend } from "./node-client.ts";
 import { keepAliveUpstreamFetch, lazyUndiciSend } from "./undici-fetch.ts";
 import type { Runtime } from "./types.ts";
 
