@@ -82,7 +82,7 @@ function nodeFloor(): void {
         const body = await readAll(req);
         const path = req.url ?? "/";
         if (streamed(body)) {
-          const upstream = await nodeClientCall({ agent: streams, socketPath: runner, method: "POST", path, headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
+          const upstream = await nodeRunnerCall(streams, path, body);
           await passOn(res, upstream.statusCode ?? 502, upstream.headers["content-type"], upstream);
         } else {
           const upstream = await pool.request({ path, method: "POST", headers: callHeaders(body), body });
@@ -102,7 +102,9 @@ async function passOn(res: ServerResponse, status: number, type: string | string
   res.end();
 }
 
-function nodeClientCall(options: Record<string, unknown>, body?: Uint8Array): Promise<IncomingMessage> {
+/** `body` posted to the runner's `path` through node:http's client on `agent`. */
+function nodeRunnerCall(agent: Agent, path: string, body: Uint8Array): Promise<IncomingMessage> {
+  const options = { agent, socketPath: runner, method: "POST", path, headers: { ...callHeaders(body), "content-length": String(body.length) } };
   return new Promise((resolve, reject) => {
     const call = httpRequest(options, resolve);
     call.on("error", reject);
@@ -126,7 +128,7 @@ function denoFloor(serve: DenoServe): void {
     }
     const body = new Uint8Array(await request.arrayBuffer());
     const path = new URL(request.url).pathname;
-    const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path, headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
+    const upstream = await nodeRunnerCall(agent, path, body);
     const type = upstream.headers["content-type"] ?? "application/json";
     // A stream is passed on as it comes (Deno's Response takes an async iterable); an answer whole.
     const answer = type.startsWith("text/event-stream") ? streamFrom(upstream) : await readAll(upstream);
@@ -178,7 +180,7 @@ function denoNodeHttpFloor(): void {
   nodeListen(async (req, res) => {
     try {
       const body = await readAll(req);
-      const upstream = await nodeClientCall({ agent, socketPath: runner, method: "POST", path: req.url ?? "/", headers: { ...callHeaders(body), "content-length": String(body.length) } }, body);
+      const upstream = await nodeRunnerCall(agent, req.url ?? "/", body);
       await passOn(res, upstream.statusCode ?? 502, upstream.headers["content-type"], upstream);
     } catch (error) {
       res.writeHead(502).end(String(error));
