@@ -34,7 +34,9 @@ import { denoPermissions, startServer, type RuntimeName, type ServerProcess } fr
 //                                BENCH_ENTRY=<file> serves ours from another entry (another
 //                                checkout's src/index.ts); BENCH_PROFILE=<dir> writes CPU profiles
 //                                of Bun's and Node's sides; BENCH_PARTS picks among overhead,embeddings,
-//                                streaming,cold; the summary of ratios comes last)
+//                                streaming,cold; BENCH_STEPS=1 adds the bare proxy served through our
+//                                runtime adapter, which splits the gap into the adapter's share and
+//                                our handlers'; the summary of ratios comes last)
 
 /** One line per part and runtime, printed together at the end. */
 const summary: string[] = [];
@@ -106,11 +108,15 @@ async function runnerSocket(stack: Stack, mode = "completion"): Promise<string> 
   return join(stack.dir, "run", socket);
 }
 
-/** A bare proxy (bench/runtimes/floor.ts) on `runtime`, from `socket` to the `runner` socket. */
-const startFloor = (runtime: RuntimeName, runner: string, socket: string, profile: string, server?: "node-http") =>
+/** With BENCH_STEPS=1, the bare proxy served through our adapter (bench/runtimes/adapter-proxy.ts) runs beside ours. */
+const steps = process.env.BENCH_STEPS === "1";
+const ADAPTER = "adapter";
+
+/** A bare proxy (`entry`: the floor, or the same served through our adapter) on `runtime`, from `socket` to the `runner` socket. */
+const startFloor = (runtime: RuntimeName, runner: string, socket: string, profile: string, server?: "node-http", entry = "bench/runtimes/floor.ts") =>
   startServer({
     runtime,
-    entry: "bench/runtimes/floor.ts",
+    entry,
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write"]) } : {}),
     env: { ...profiled(runtime, profile), FLOOR: "inference", RUNNER_UPSTREAM_SOCKET: runner, PROXY_SOCKET: socket, ...(server ? { FLOOR_SERVER: server } : {}) },
   });
@@ -166,11 +172,14 @@ async function overhead(runtime: RuntimeName, stack: Stack) {
     if (runtime !== "bun") floors.push(await startFloor(runtime, runner, join(stack.dir, "own.sock"), "own"));
     // Ours serves through Deno's node:http (node-http.ts): that path's own floor beside Deno.serve's.
     if (runtime === "deno") floors.push(await startFloor(runtime, runner, join(stack.dir, "own-node-http.sock"), "own-node-http", "node-http"));
+    const adapter = steps ? await startFloor(runtime, runner, join(stack.dir, "adapter.sock"), "adapter", undefined, "bench/runtimes/adapter-proxy.ts") : undefined;
+    if (adapter) floors.push(adapter);
     const sides: Side[] = [
       { name: "direct", socket: runner, path: "/v1/completions" },
       { name: "bare Bun", socket: join(stack.dir, "bare.sock"), path: "/v1/completions", pid: floors[0]!.pid, bun: true },
       ...(runtime !== "bun" ? [{ name: `bare ${runtime}`, socket: join(stack.dir, "own.sock"), path: "/v1/completions", pid: floors[1]!.pid }] : []),
       ...(runtime === "deno" ? [{ name: NODE_HTTP_FLOOR, socket: join(stack.dir, "own-node-http.sock"), path: "/v1/completions", pid: floors[2]!.pid }] : []),
+      ...(adapter ? [{ name: ADAPTER, socket: join(stack.dir, "adapter.sock"), path: "/v1/completions", pid: adapter.pid, bun: runtime === "bun" }] : []),
       { name: "ours", socket: stack.socket, path: `${P}/engines/llama.cpp/v1/completions`, pid: stack.server.pid, bun: runtime === "bun" },
     ];
     for (const name of (process.env.BENCH_LOADS ?? "whole,streamed").split(",")) await measureOverhead(runtime, sides, LOADS[name]!);
@@ -259,9 +268,12 @@ async function measureOverhead(runtime: RuntimeName, sides: Side[], load: Load) 
   const target = TARGETS[runtime];
   const p50Over = median(ours.latencies) - median(bare.latencies);
   const nodeHttp = totals.get(NODE_HTTP_FLOOR);
+  const adapter = totals.get(ADAPTER);
   const floorText =
     (own ? `; its own bare proxy ${(rate(own) / rate(bare)).toFixed(3)} (CPU ${(cpu(own) / cpu(bare)).toFixed(2)}x)` : "") +
-    (nodeHttp ? `; its bare node:http proxy ${(rate(nodeHttp) / rate(bare)).toFixed(3)} (CPU ${(cpu(nodeHttp) / cpu(bare)).toFixed(2)}x)` : "");
+    (nodeHttp ? `; its bare node:http proxy ${(rate(nodeHttp) / rate(bare)).toFixed(3)} (CPU ${(cpu(nodeHttp) / cpu(bare)).toFixed(2)}x)` : "") +
+    // The step between: its CPU over the floor's is the adapter's share, ours over it the handlers'.
+    (adapter ? `; the bare proxy through our adapter ${(rate(adapter) / rate(bare)).toFixed(3)} (CPU ${(cpu(adapter) / cpu(bare)).toFixed(2)}x; ours ${(cpu(ours) / cpu(adapter)).toFixed(2)}x its CPU)` : "");
   const line =
     `ours/bare Bun proxy ${(rate(ours) / rate(bare)).toFixed(3)} (target >= ${target.ratio}); p50 over it ${ms(p50Over)}${target.p50Ms !== undefined ? ` (target <= ${target.p50Ms} ms)` : ""}; ` +
     `CPU per request ours/bare Bun ${(cpu(ours) / cpu(bare)).toFixed(2)}x (${cpu(ours).toFixed(0)} vs ${cpu(bare).toFixed(0)} µs)${floorText}`;

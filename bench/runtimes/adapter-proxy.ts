@@ -1,6 +1,7 @@
+import { bodyReader, readerResponse } from "../../src/runtime/chunks.ts";
 import { detectRuntime } from "../../src/runtime/index.ts";
 
-// A step between a floor and ours (bench:runtimes with BENCH_STEPS=1): the bare proxy of
+// A step between a floor and ours (bench:runtimes and bench:inference with BENCH_STEPS=1): the bare proxy of
 // floor.ts, written as a fetch handler and served through our runtime adapter (runtime.serve and
 // the runtime's upstream or Unix-socket fetch), with none of our routes, checks or scheduling.
 // Its distance to the floor is the adapter's; its distance to ours is the handlers'.
@@ -16,11 +17,20 @@ async function album(request: Request): Promise<Response> {
   return Response.json({ albumId: Number(albumId), photos: JSON.parse(await upstream.text()) });
 }
 
+/** Whether a request body asks for a stream (as the floors tell, without parsing it). */
+const STREAM_FIELD = Buffer.from('"stream":true');
+const streamed = (body: Uint8Array) => Buffer.from(body.buffer, body.byteOffset, body.byteLength).includes(STREAM_FIELD);
+
+/** A stream is asked for with `Connection: close` and passed on by chunks (chunks.ts, as ours relays it); an answer whole. */
 async function inference(request: Request): Promise<Response> {
   const body = new Uint8Array(await request.arrayBuffer());
   const path = new URL(request.url).pathname;
-  const upstream = await call(`http://runner${path}`, { method: "POST", headers: { "content-type": "application/json" }, body, signal: request.signal });
-  return new Response(await upstream.arrayBuffer(), { status: upstream.status, headers: { "content-type": "application/json" } });
+  const headers: Record<string, string> = streamed(body) ? { "content-type": "application/json", connection: "close" } : { "content-type": "application/json" };
+  const upstream = await call(`http://runner${path}`, { method: "POST", headers, body, signal: request.signal });
+  const type = upstream.headers.get("content-type") ?? "application/json";
+  const init = { status: upstream.status, headers: { "content-type": type } };
+  const reader = type.startsWith("text/event-stream") ? bodyReader(upstream) : undefined;
+  return reader ? readerResponse(reader, init) : new Response(await upstream.arrayBuffer(), init);
 }
 
 const target = kind === "album" ? { kind: "tcp" as const, hostname: "127.0.0.1", port: 0 } : { kind: "unix" as const, path: process.env.PROXY_SOCKET ?? "" };
