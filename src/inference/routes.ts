@@ -3,7 +3,7 @@ import { clientGone, HttpError, notFound } from "../http/errors.ts";
 import type { Route } from "../http/router.ts";
 import { modelNotFound } from "../models/errors.ts";
 import { decisionMethod, systemOneMethod } from "../models/decisions.ts";
-import { referenceParam, resolveOr404 } from "../models/lookup.ts";
+import { referenceParam, resolveOr404, SERVING_LOOK_MS } from "../models/lookup.ts";
 import type { ModelStore, StoredModel } from "../models/index.ts";
 import type { Lease } from "../scheduler/runner.ts";
 import type { Scheduler } from "../scheduler/scheduler.ts";
@@ -153,7 +153,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const checked = structuredRequest(endpoint, parsed);
   const json = boundTokens(endpoint, checked, deps.bounds.maxTokens);
   let body = bytesToSend(endpoint, { read, parsed, checked, json }, deps);
-  const model = await resolveOr404(deps.store, requested);
+  const model = await resolveOr404(deps.store, requested, { recentMs: SERVING_LOOK_MS });
   if (deps.admits && !deps.admits(model.id)) throw modelNotFound(requested);
   const name = model.tags[0] ?? model.id;
   account.model = name;

@@ -15,6 +15,13 @@ export function referenceParam(request: IRequest): string {
   }
 }
 
-export function resolveOr404(store: Pick<ModelStore, "resolve">, reference: string): Promise<StoredModel> {
-  return store.resolve(reference).then((model) => model ?? Promise.reject(modelNotFound(reference)));
+/**
+ * How recent a look at the store's index a request to serve a model accepts. Within it, a model
+ * another process deleted may still be served once from its loaded runner (as a moment earlier);
+ * one it added is found at once (a miss looks again). The model API looks every event-loop turn.
+ */
+export const SERVING_LOOK_MS = 10;
+
+export function resolveOr404(store: Pick<ModelStore, "resolve">, reference: string, options?: { recentMs?: number }): Promise<StoredModel> {
+  return store.resolve(reference, options).then((model) => model ?? Promise.reject(modelNotFound(reference)));
 }

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { spawn } from "node:child_process";
@@ -129,6 +129,30 @@ describe("the model store", () => {
     expect((await store.resolve("ai/later"))?.tags).toEqual(["ai/later:latest", "ai/other:latest"]);
     await store.remove(model.id, undefined);
     expect(await store.resolve("ai/later")).toBeUndefined();
+  });
+
+  it("serves from a recent look at the index: another process's delete is seen once it is older, its addition at once", async () => {
+    root = await mkdtemp(join(tmpdir(), "llamadock-store-"));
+    const store = createModelStore(root);
+    const model = await addModel(store, "ai/kept:latest", new TextEncoder().encode("kept"));
+    const recent = { recentMs: 1_000 };
+    expect((await store.resolve("ai/kept", recent))?.id).toBe(model.id);
+    // Another process replaces the file (as every writer does: a temporary file, then a rename).
+    const replace = async (models: unknown[]) => {
+      await writeFile(`${store.layout.indexFile}.other`, JSON.stringify({ version: 1, models }));
+      await rename(`${store.layout.indexFile}.other`, store.layout.indexFile);
+    };
+    const [entry] = JSON.parse(await readFile(store.layout.indexFile, "utf8")).models;
+    await replace([]);
+    await new Promise((resolve) => setImmediate(resolve)); // a new event-loop turn
+    expect((await store.resolve("ai/kept", recent))?.id).toBe(model.id); // looked at under a second ago
+    expect(await store.resolve("ai/kept")).toBeUndefined(); // the model API looks each turn
+    await replace([entry, { ...entry, id: `sha256:${"1".repeat(64)}`, tags: ["ai/added:latest"] }]);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect((await store.resolve("ai/added", recent))?.tags).toEqual(["ai/added:latest"]); // a miss looks again
+    await replace([]);
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    expect(await store.resolve("ai/added", recent)).toBeUndefined(); // the look is older than a second
   });
 
   it("validates a digest before it becomes a path", () => {

@@ -65,6 +65,9 @@ const same = (a: Identity, b: Stats) => a.ino === b.ino && a.size === b.size && 
 // arrived together, and share one look (under load, many do).
 const lookedAt = new Set<string>();
 const forgetLooks = () => lookedAt.clear();
+// When each root's file was last looked at and found unchanged (performance.now()), for lookups
+// that accept a look that recent (see knownIndex's `recentMs`).
+const lookedAtMs = new Map<string, number>();
 
 /** The index as the file holds it; `fresh`: looked at now, even if it was in this turn (a decision to change the store rests on it). */
 export async function readIndex(layout: Layout, { fresh = false } = {}): Promise<IndexEntry[]> {
@@ -74,11 +77,13 @@ export async function readIndex(layout: Layout, { fresh = false } = {}): Promise
 /**
  * The index as last read, when the file still holds it (or was looked at in this turn), without a
  * promise: what every inference request asks. Undefined when the file must be read (again); the
- * empty index when there is no file. `fresh`: as readIndex's.
+ * empty index when there is no file. `fresh`: as readIndex's. `recentMs`: a look that recent will
+ * do too. Under Bun, which handles about one request a turn, a look per turn (a stat and the turn's
+ * setImmediate) cost 11-17 µs of the main thread per request (docs/benchmarks.md).
  */
-export function knownIndex(layout: Layout, fresh = false): IndexEntry[] | undefined {
+export function knownIndex(layout: Layout, fresh = false, recentMs = 0): IndexEntry[] | undefined {
   const cached = cache.get(layout.root);
-  if (cached && !fresh && lookedAt.has(layout.root)) return cached.models;
+  if (cached && !fresh && (lookedAt.has(layout.root) || lookedRecently(layout.root, recentMs))) return cached.models;
   // A synchronous stat: through the thread pool (async) it costs ten times the CPU of the stat
   // itself. On NFS it is answered from the attribute cache (see the docs).
   const stats = statSync(layout.indexFile, { throwIfNoEntry: false });
@@ -86,8 +91,11 @@ export function knownIndex(layout: Layout, fresh = false): IndexEntry[] | undefi
   if (!cached || !same(cached.identity, stats)) return undefined;
   if (lookedAt.size === 0) setImmediate(forgetLooks);
   lookedAt.add(layout.root);
+  lookedAtMs.set(layout.root, performance.now());
   return cached.models;
 }
+
+const lookedRecently = (root: string, recentMs: number) => recentMs > 0 && performance.now() - (lookedAtMs.get(root) ?? Number.NEGATIVE_INFINITY) < recentMs;
 
 /** Reads the file and its identity from one open file, so that the two agree (where knownIndex has no answer). */
 export async function loadIndex(layout: Layout): Promise<IndexEntry[]> {

@@ -47,8 +47,12 @@ export type ModelStore = {
   readonly root: string;
   readonly layout: Layout;
   readonly referenceOptions: ReferenceOptions;
-  /** Finds a model by name (normalised as the API does), id or short id; throws 400 on a malformed name. */
-  resolve(reference: string): Promise<StoredModel | undefined>;
+  /**
+   * Finds a model by name (normalised as the API does), id or short id; throws 400 on a malformed
+   * name. `recentMs`: the index as looked at that recently will do (a request to serve; see
+   * SERVING_LOOK_MS), and a name not found there is looked for again at once.
+   */
+  resolve(reference: string, options?: { recentMs?: number }): Promise<StoredModel | undefined>;
   list(): Promise<StoredModel[]>;
   hasBlob(digest: string): Promise<boolean>;
   downloadBlob(download: BlobDownload): Promise<void>;
@@ -151,10 +155,12 @@ export function createModelStore(root: string, referenceOptions: ReferenceOption
     referenceOptions,
     // The index as last read, when the file still holds it, answers without a read's async frames;
     // else the file is read (not looked at a second time first).
-    resolve(reference) {
+    resolve(reference, { recentMs = 0 } = {}) {
       let known: IndexEntry[] | undefined;
       try {
-        known = knownIndex(layout);
+        known = knownIndex(layout, false, recentMs);
+        // Not there as recently looked at: another process may have added it since.
+        if (known && recentMs > 0 && !resolveIn(known, reference)) known = knownIndex(layout, true);
       } catch (error) {
         return Promise.reject(error); // a stat that failed (EACCES...), as a read's failure
       }
