@@ -1,5 +1,6 @@
 import { bodyReader, readerResponse } from "../../src/runtime/chunks.ts";
 import { detectRuntime } from "../../src/runtime/index.ts";
+import { callHeaders } from "./runner-call.ts";
 
 // A step between a floor and ours (bench:runtimes and bench:inference with BENCH_STEPS=1): the bare proxy of
 // floor.ts, written as a fetch handler and served through our runtime adapter (runtime.serve and
@@ -17,16 +18,11 @@ async function album(request: Request): Promise<Response> {
   return Response.json({ albumId: Number(albumId), photos: JSON.parse(await upstream.text()) });
 }
 
-/** Whether a request body asks for a stream (as the floors tell, without parsing it). */
-const STREAM_FIELD = Buffer.from('"stream":true');
-const streamed = (body: Uint8Array) => Buffer.from(body.buffer, body.byteOffset, body.byteLength).includes(STREAM_FIELD);
-
 /** A stream is asked for with `Connection: close` and passed on by chunks (chunks.ts, as ours relays it); an answer whole. */
 async function inference(request: Request): Promise<Response> {
   const body = new Uint8Array(await request.arrayBuffer());
   const path = new URL(request.url).pathname;
-  const headers: Record<string, string> = streamed(body) ? { "content-type": "application/json", connection: "close" } : { "content-type": "application/json" };
-  const upstream = await call(`http://runner${path}`, { method: "POST", headers, body, signal: request.signal });
+  const upstream = await call(`http://runner${path}`, { method: "POST", headers: callHeaders(body), body, signal: request.signal });
   const type = upstream.headers.get("content-type") ?? "application/json";
   const init = { status: upstream.status, headers: { "content-type": type } };
   const reader = type.startsWith("text/event-stream") ? bodyReader(upstream) : undefined;

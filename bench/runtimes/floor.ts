@@ -2,6 +2,7 @@
 import { Agent, request as httpRequest, createServer, type IncomingMessage, type ServerResponse } from "node:http";
 // By its file: Bun answers the bare name with a stand-in over its own fetch (no Pool of its own).
 import { Pool } from "undici/index.js";
+import { callHeaders, streamed } from "./runner-call.ts";
 
 // The floors of bench:runtimes: the least proxy each runtime can be, written the way that runtime
 // does it fastest, and exactly-once like ours (never a second call on a reset reused connection).
@@ -32,11 +33,6 @@ const listenPath = process.env.PROXY_SOCKET ?? "";
 const ownFetch = process.env.FLOOR_CLIENT === "fetch";
 const runtime = "Bun" in globalThis ? "bun" : "Deno" in globalThis ? "deno" : "node";
 
-/** Whether a request body asks for a stream (the floors do not parse bodies; ours does). */
-const STREAM_FIELD = Buffer.from('"stream":true');
-const streamed = (body: Uint8Array) => Buffer.from(body.buffer, body.byteOffset, body.byteLength).includes(STREAM_FIELD);
-/** The runner call's headers for `body`. */
-const callHeaders = (body: Uint8Array): Record<string, string> => (streamed(body) ? { "content-type": "application/json", connection: "close" } : { "content-type": "application/json" });
 
 const albumIdOf = (url: string) => url.slice(url.lastIndexOf("/") + 1);
 const wrap = (albumId: string, photosText: string) => `{"albumId":${Number(albumId)},"photos":${JSON.stringify(JSON.parse(photosText))}}`;
