@@ -144,7 +144,8 @@ COPY sidecar ./sidecar
 COPY src ./src
 
 # NVIDIA_*: the GPUs, where the NVIDIA Container Toolkit is present (a CPU build has no use for them).
-# No transpiler cache: the root file system may be read-only.
+# No transpiler cache: the root file system may be read-only. MIMALLOC_PURGE_DELAY: Bun's allocator
+# keeps freed pages for reuse (src/runtime/bun-allocator.ts).
 ENV LLAMA_SERVER_PATH=/opt/llama-server/llama-server \
     MODELS_PATH=/models \
     INFERENCE_SETTINGS_PATH=/models/engine-settings.json \
@@ -156,6 +157,7 @@ ENV LLAMA_SERVER_PATH=/opt/llama-server/llama-server \
     SERVICES=album,runner \
     HOME=/home/llamadock \
     BUN_RUNTIME_TRANSPILER_CACHE_PATH=0 \
+    MIMALLOC_PURGE_DELAY=-1 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 

@@ -1,6 +1,7 @@
 import { buildServices } from "./app.ts";
 import { ConfigError, loadConfig } from "./config.ts";
 import { guard } from "./http/guard.ts";
+import { allocatorAdvice } from "./runtime/bun-allocator.ts";
 import { detectRuntime, type Listener } from "./runtime/index.ts";
 import { serveOptions, shutDown } from "./service.ts";
 
@@ -12,6 +13,8 @@ const listeners: Listener[] = [];
 async function main(): Promise<void> {
   const config = loadConfig(process.env, process.argv.slice(2));
   const services = await buildServices(config, runtime);
+  const advice = allocatorAdvice(runtime.name, process.env);
+  if (advice) console.log(advice);
   runtime.onShutdownSignal(async (signal) => {
     console.log(`${signal} received: finishing in-flight requests`);
     await shutDown(services, config.shutdownGraceMs, (graceLeftMs) => Promise.allSettled(listeners.map((l) => l.close(graceLeftMs))));

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { once } from "node:events";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { bunAllocatorDefaults } from "../../src/runtime/bun-allocator.ts";
 
 // Starts `src/index.ts` (or another entry) as a child process under Bun, Deno or Node, the
 // binaries the project installs in node_modules/.bin, and waits until it says it listens.
@@ -73,12 +74,22 @@ function childEnv(extra: Record<string, string | undefined> = {}): NodeJS.Proces
   return env;
 }
 
+/**
+ * Our server under Bun starts with the allocator settings its launchers give it (npm start,
+ * bin/llamadock, the image: src/runtime/bun-allocator.ts); a bench's floors and the tests' own
+ * fixtures start as plain scripts do.
+ */
+export function launchEnv(options: Pick<ServerOptions, "runtime" | "entry" | "env">): Record<string, string | undefined> {
+  const ours = options.runtime === "bun" && !/^(bench|test)\//.test(options.entry ?? "");
+  return ours ? { ...bunAllocatorDefaults({ ...process.env, ...options.env }), ...options.env } : (options.env ?? {});
+}
+
 /** Starts the process; rejects (after killing it) if it exits or stays silent before it is ready. */
 export async function startServer(options: ServerOptions): Promise<ServerProcess> {
   const [command, ...args] = [...(options.prefix ?? []), runtimeBinary(options.runtime), ...commandLine(options)];
   const child = spawn(command!, args, {
     cwd: projectRoot,
-    env: childEnv(options.env),
+    env: childEnv(launchEnv(options)),
     stdio: ["ignore", "pipe", "pipe"],
   });
   const server = watch(child);
