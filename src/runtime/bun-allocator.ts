@@ -16,9 +16,14 @@ export const BUN_ALLOCATOR_ENV: Readonly<Record<string, string>> = { MIMALLOC_PU
 export const bunAllocatorDefaults = (env: Record<string, string | undefined>): Record<string, string> =>
   Object.fromEntries(Object.entries(BUN_ALLOCATOR_ENV).filter(([name]) => env[name] === undefined));
 
-/** A line for the log when our server runs under Bun without them (started by hand: `bun run src/index.ts`). */
+/**
+ * A line for the log when our server runs under Bun without them (started by hand: `bun run
+ * src/index.ts`). Elsewhere the environment is not read: Deno may be allowed only the variables
+ * the server reads, and refuses any other.
+ */
 export function allocatorAdvice(runtime: string, env: Record<string, string | undefined>): string | undefined {
+  if (runtime !== "bun") return undefined;
   const missing = Object.keys(bunAllocatorDefaults(env));
-  if (runtime !== "bun" || missing.length === 0) return undefined;
+  if (missing.length === 0) return undefined;
   return `note: Bun's allocator hands freed memory back to the system here, which costs CPU on every request under load; npm start sets ${missing.map((name) => `${name}=${BUN_ALLOCATOR_ENV[name]}`).join(" ")} (docs/deployment.md)`;
 }
