@@ -1,6 +1,5 @@
-import { bodyReader, readerResponse } from "../../src/runtime/chunks.ts";
 import { detectRuntime } from "../../src/runtime/index.ts";
-import { callHeaders } from "./runner-call.ts";
+import { adapterInference } from "./adapter-inference.ts";
 
 // A step between a floor and ours (bench:runtimes and bench:inference with BENCH_STEPS=1): the bare proxy of
 // floor.ts, written as a fetch handler and served through our runtime adapter (runtime.serve and
@@ -18,20 +17,9 @@ async function album(request: Request): Promise<Response> {
   return Response.json({ albumId: Number(albumId), photos: JSON.parse(await upstream.text()) });
 }
 
-/** A stream is asked for with `Connection: close` and passed on by chunks (chunks.ts, as ours relays it); an answer whole. */
-async function inference(request: Request): Promise<Response> {
-  const body = new Uint8Array(await request.arrayBuffer());
-  const path = new URL(request.url).pathname;
-  const upstream = await call(`http://runner${path}`, { method: "POST", headers: callHeaders(body), body, signal: request.signal });
-  const type = upstream.headers.get("content-type") ?? "application/json";
-  const init = { status: upstream.status, headers: { "content-type": type } };
-  const reader = type.startsWith("text/event-stream") ? bodyReader(upstream) : undefined;
-  return reader ? readerResponse(reader, init) : new Response(await upstream.arrayBuffer(), init);
-}
-
 const target = kind === "album" ? { kind: "tcp" as const, hostname: "127.0.0.1", port: 0 } : { kind: "unix" as const, path: process.env.PROXY_SOCKET ?? "" };
 // The server's default limits; past the cap, a plain 503 (the bare proxy has no error shape of its own).
 const limits = { headersTimeoutMs: 10_000, bodyIdleTimeoutMs: 60_000, maxConnections: 1024, overloaded: () => new Response("overloaded", { status: 503 }), stalledBody: () => new Error("body stalled") };
-const listener = await runtime.serve(kind === "album" ? album : inference, target, limits);
+const listener = await runtime.serve(kind === "album" ? album : adapterInference(call), target, limits);
 console.log(`${kind} adapter proxy (${runtime.name}) listening on ${listener.address}`);
 runtime.onShutdownSignal(() => void listener.close(1_000).then(() => runtime.exit(0)));
