@@ -28,8 +28,11 @@ const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 16);
 const canned = process.env.BENCH_CANNED === "1";
 const body = JSON.stringify({ model: "ai/tiny", prompt: "hi", max_tokens: 1, ...(load === "streamed" ? { stream: true } : {}) });
 
-/** The runtime, its runner calls answered from `answer` when one is kept (BENCH_CANNED). */
-function withCannedRunner(runtime: Runtime, kept: { answer?: { bytes: Uint8Array; headers: [string, string][] } }): Runtime {
+/** The runner's answer to one completion, once taken (BENCH_CANNED). */
+type Kept = { answer?: { bytes: Uint8Array; headers: [string, string][] } };
+
+/** The runtime, its runner calls for completions answered from `kept` once it holds an answer. */
+function withCannedRunner(runtime: Runtime, kept: Kept): Runtime {
   const unixFetch = (socket: string): typeof fetch => {
     const real = runtime.unixFetch(socket);
     return ((input: RequestInfo | URL, init?: RequestInit) => {
@@ -42,7 +45,7 @@ function withCannedRunner(runtime: Runtime, kept: { answer?: { bytes: Uint8Array
 }
 
 const runtime = await detectRuntime();
-const kept: { answer?: { bytes: Uint8Array; headers: [string, string][] } } = {};
+const kept: Kept = {};
 // The model pulled into a store by our server, as bench:inference's; then served here, in-process.
 const stack = await startStack({ models: ["ai/tiny"] });
 await stack.server.stop(10_000);
