@@ -4,7 +4,7 @@ import { buildServices } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { guard } from "../src/http/guard.ts";
 import { detectRuntime, type Runtime } from "../src/runtime/index.ts";
-import { startStack } from "../test/inference/harness.ts";
+import { runnerServiceEnv, startStack } from "../test/inference/harness.ts";
 import { threadMicros, threadSplit } from "./cpu.ts";
 import { adapterInference } from "./runtimes/adapter-inference.ts";
 import { callHeaders } from "./runtimes/runner-call.ts";
@@ -49,22 +49,11 @@ const kept: Kept = {};
 // The model pulled into a store by our server, as bench:inference's; then served here, in-process.
 const stack = await startStack({ models: ["ai/tiny"] });
 await stack.server.stop(10_000);
-const env = {
-  ...process.env,
-  SERVICES: "runner",
-  RUNNER_PORT: "0",
-  RUNNER_SOCKET: join(stack.dir, "in-process.sock"),
-  MODELS_PATH: join(stack.dir, "models"),
-  DEFAULT_REGISTRY: stack.registry.host,
-  INFERENCE_RUNTIME_DIR: join(stack.dir, "run"),
-  INFERENCE_LOG_DIR: join(stack.dir, "logs"),
-  INFERENCE_SETTINGS_PATH: join(stack.dir, "engine-settings.json"),
-  INFERENCE_THREADS: "1",
-  INFERENCE_SLOTS: "4",
-};
+const ourSocket = join(stack.dir, "in-process.sock");
+const env = { ...process.env, ...runnerServiceEnv(stack.dir, stack.registry, ourSocket), INFERENCE_SLOTS: "4" };
 const services = await buildServices(loadConfig(env), withCannedRunner(runtime, kept));
 const runner = services.find((service) => service.name.includes("runner"))!;
-const ours = guard(runner.handler, { kind: "unix", path: env.RUNNER_SOCKET }, runner.policy);
+const ours = guard(runner.handler, { kind: "unix", path: ourSocket }, runner.policy);
 const request = (path: string) => new Request(`http://localhost${path}`, { method: "POST", headers: { "content-type": "application/json", "content-length": String(body.length) }, body });
 
 try {
@@ -76,7 +65,6 @@ try {
     const answer = await call("http://runner/v1/completions", { method: "POST", headers: callHeaders(new TextEncoder().encode(body)), body });
     kept.answer = { bytes: new Uint8Array(await answer.arrayBuffer()), headers: [["content-type", answer.headers.get("content-type") ?? "application/json"]] };
   }
-  const cannedCall = withCannedRunner(runtime, kept).unixFetch(socket);
   const adapter = adapterInference(withCannedRunner(runtime, kept).unixFetch(socket));
   const sides = {
     ours: () => ours(request("/exp/vDD4.40/engines/llama.cpp/v1/completions")),

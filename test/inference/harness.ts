@@ -110,25 +110,29 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   }
 }
 
+/** The model runner's settings for a stack's folder: its store, sockets, logs and settings file there. */
+export function runnerServiceEnv(dir: string, registry: Pick<Registry, "host">, socket = join(dir, "runner.sock")): Record<string, string> {
+  return {
+    SERVICES: "runner",
+    RUNNER_PORT: "0",
+    RUNNER_SOCKET: socket,
+    MODELS_PATH: join(dir, "models"),
+    DEFAULT_REGISTRY: registry.host,
+    INFERENCE_RUNTIME_DIR: join(dir, "run"),
+    INFERENCE_LOG_DIR: join(dir, "logs"),
+    INFERENCE_SETTINGS_PATH: join(dir, "engine-settings.json"),
+    // One compute thread per runner, as the cores' share gives each of two runners here: a second
+    // runner then never replaces the first (tests of sharing the cores unset this).
+    INFERENCE_THREADS: "1",
+  };
+}
+
 export function startRunnerService(runtime: RuntimeName, dir: string, registry: Registry, env: Record<string, string>, entry?: string) {
   return startServer({
     runtime,
     ...(entry ? { entry } : {}),
     ...(runtime === "deno" ? { runtimeArgs: denoPermissions(["--allow-read", "--allow-write", "--allow-run", "--allow-sys"]) } : {}),
-    env: {
-      SERVICES: "runner",
-      RUNNER_PORT: "0",
-      RUNNER_SOCKET: join(dir, "runner.sock"),
-      MODELS_PATH: join(dir, "models"),
-      DEFAULT_REGISTRY: registry.host,
-      INFERENCE_RUNTIME_DIR: join(dir, "run"),
-      INFERENCE_LOG_DIR: join(dir, "logs"),
-      INFERENCE_SETTINGS_PATH: join(dir, "engine-settings.json"),
-      // One compute thread per runner, as the cores' share gives each of two runners here: a second
-      // runner then never replaces the first (tests of sharing the cores unset this).
-      INFERENCE_THREADS: "1",
-      ...env,
-    },
+    env: { ...runnerServiceEnv(dir, registry), ...env },
     ready: [/model runner service listening on http:\/\/[\d.]+:\d+/, /model runner service listening on unix:/],
   });
 }
