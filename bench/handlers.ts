@@ -4,6 +4,8 @@ import { buildServices } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { guard } from "../src/http/guard.ts";
 import { detectRuntime, type Runtime } from "../src/runtime/index.ts";
+import { serveWithNodeHttp } from "../src/runtime/node-http.ts";
+import { useLightWebTypes } from "../src/runtime/node-response.ts";
 import { runnerServiceEnv, startStack } from "../test/inference/harness.ts";
 import { threadMicros, threadSplit } from "./cpu.ts";
 import { adapterInference } from "./runtimes/adapter-inference.ts";
@@ -45,6 +47,9 @@ function withCannedRunner(runtime: Runtime, kept: Kept): Runtime {
 }
 
 const runtime = await detectRuntime();
+// The Response and Headers our server's handlers make under node:http (Node, Deno) are its light
+// ones, which serving installs: here too, or our forwarding would be timed making native ones.
+if (runtime.serve === serveWithNodeHttp) useLightWebTypes();
 const kept: Kept = {};
 // The model pulled into a store by our server, as bench:inference's; then served here, in-process.
 const stack = await startStack({ models: ["ai/tiny"] });
