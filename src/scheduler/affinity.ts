@@ -177,6 +177,12 @@ export class SlotTable {
     this.leads.delete(where.slot);
   }
 
+  /** Whether a placed request holds a slot (a loop, not `some` with a callback: asked at every grant). */
+  anyBusy(): boolean {
+    for (const slot of this.slots) if (slot.busy) return true;
+    return false;
+  }
+
   /** The state, for views and tests. */
   view(): readonly Readonly<SlotState>[] {
     return this.slots;

@@ -7,6 +7,7 @@ import { FairQueue, type Turn } from "./fair-queue.ts";
 import type { RunnerOptions } from "./runner-options.ts";
 import type { SlotsView } from "./api.ts";
 import { SessionSlots } from "./session-slots.ts";
+import { listenForAbort } from "../runtime/abort-listener.ts";
 
 export type { Lease, RunnerOptions };
 
@@ -104,7 +105,7 @@ export class Runner {
 
   /** Requests at llama-server at once (see session-slots.ts). */
   private inFlightCap(lane: Turn["lane"] = "interactive"): number {
-    return this.slots.inFlightCap(lane, () => this.waiters.shared());
+    return this.slots.inFlightCap(lane, this.waiters);
   }
 
   get waiting(): number {
@@ -137,7 +138,7 @@ export class Runner {
         grant: (lease) => (signal?.removeEventListener("abort", onAbort), resolve(lease)),
         fail: (error) => (signal?.removeEventListener("abort", onAbort), reject(error)),
       };
-      signal?.addEventListener("abort", onAbort, { once: true });
+      if (signal) listenForAbort(signal, onAbort);
       const remove = this.waiters.push(waiter, turn);
       this.grantWaiters(); // a place kept for other callers may be this one's
     });

@@ -97,33 +97,51 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   /**
    * Finds (or launches) the model's runner and hands it to `use` in the same synchronous step, so
    * that what `use` does (take a lease, join the queue) makes the runner busy before anything else
-   * can evict it.
+   * can evict it. A runner loaded already (most requests) is handed over in this call, without the
+   * async frame a launch needs: that frame, and the promise of `use`'s promise it resolved with,
+   * were several promises per request.
    */
-  async function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, wish: RunnerWish, use: (runner: Runner) => T): Promise<T> {
+  function withRunner<T>(model: ModelRef, mode: Mode, signal: AbortSignal | undefined, wish: RunnerWish, use: (runner: Runner) => T | Promise<T>): Promise<T> {
     const key = runnerKey(model.id, mode);
-    const lane = wish.lane ?? "interactive";
     const wanted = wantedContext(pinned.has(key), wish.contextSize);
+    try {
+      const existing = loadedRunner(key, model, wanted, signal);
+      if (existing) return Promise.resolve(useLoaded(existing, model, mode, use));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return launching(key, model, mode, signal, wish, wanted, use);
+  }
+
+  /** The model's runner if it is loaded and serves `wanted` (one that must be replaced for it is, now); undefined to launch. */
+  function loadedRunner(key: string, model: ModelRef, wanted: ReturnType<typeof wantedContext>, signal: AbortSignal | undefined): Runner | undefined {
+    signal?.throwIfAborted();
+    refuseIfUnservable(model);
+    const runner = active.get(key);
+    // Its contexts, not its whole snapshot: every request asks this.
+    const plan = planServe(runner && runnerContexts(runner), wanted);
+    if (plan === "replace") replace(runner!);
+    return plan === "use" ? runner : undefined;
+  }
+
+  function useLoaded<T>(existing: Runner, model: ModelRef, mode: Mode, use: (runner: Runner) => T | Promise<T>): T | Promise<T> {
+    // It serves on the old build; the move that failed is tried again beside it.
+    if (deps.retryMove && succession.retryDue(existing)) deps.retryMove(model, mode);
+    return use(existing);
+  }
+
+  /** withRunner's way when no loaded runner serves the request: settings, budget, a launch, an eviction or a wait for room, decided afresh after each wait. */
+  async function launching<T>(key: string, model: ModelRef, mode: Mode, signal: AbortSignal | undefined, wish: RunnerWish, wanted: ReturnType<typeof wantedContext>, use: (runner: Runner) => T | Promise<T>): Promise<T> {
+    const lane = wish.lane ?? "interactive";
     // Read only when a launch is considered: a request for a loaded runner pays no stat.
     let budget: Budget | undefined;
-    const loaded = () => {
-      signal?.throwIfAborted();
-      refuseIfUnservable(model);
-      const runner = active.get(key);
-      // Its contexts, not its whole snapshot: every request asks this.
-      const plan = planServe(runner && runnerContexts(runner), wanted);
-      if (plan === "replace") replace(runner!);
-      return plan === "use" ? runner : undefined;
-    };
+    const loaded = () => loadedRunner(key, model, wanted, signal);
     let counted = false;
     try {
       for (;;) {
-        // A loaded runner is used at once (most requests): only a launch needs the settings.
+        // A runner loaded meanwhile (or a wait for room ended by one) is used at once.
         const existing = loaded();
-        if (existing) {
-          // It serves on the old build; the move that failed is tried again beside it.
-          if (deps.retryMove && succession.retryDue(existing)) deps.retryMove(model, mode);
-          return use(existing);
-        }
+        if (existing) return useLoaded(existing, model, mode, use);
         // Read on every pass: a wait for room may be long, and the model reconfigured meanwhile.
         const settings = await deps.settings.get(model.id);
         const engine = await deps.engineFor?.(model, settings);
@@ -173,21 +191,21 @@ export function createScheduler(deps: SchedulerDeps): Scheduler {
   }
 
   return {
-    async acquire(model, mode, signal, wish = {}) {
+    acquire(model, mode, signal, wish = {}) {
+      const take = (runner: Runner) => {
+        const keep = keepAliveAfterRequest(pinned.has(runner.options.key), wish.keepAlive, runner.options.keepAlive);
+        if (keep !== undefined) runner.keepFor(keep);
+        return runner.acquire(signal, { caller: wish.caller ?? "", lane: wish.lane ?? "interactive", session: wish.session, prefix: wish.prefix, opening: wish.opening });
+      };
       // A runner that goes away while this request waits in its queue (crash, reload, unload): one
-      // more try on a fresh one, then a 503 the client may retry.
-      for (let attempt = 0; ; attempt++) {
-        try {
-          return await withRunner(model, mode, signal, wish, (runner) => {
-            const keep = keepAliveAfterRequest(pinned.has(runner.options.key), wish.keepAlive, runner.options.keepAlive);
-            if (keep !== undefined) runner.keepFor(keep);
-            return runner.acquire(signal, { caller: wish.caller ?? "", lane: wish.lane ?? "interactive", session: wish.session, prefix: wish.prefix, opening: wish.opening });
-          });
-        } catch (error) {
-          if (!(error instanceof RunnerGone)) throw error;
-          if (attempt >= 1) throw runnerGone(modelName(model));
-        }
-      }
+      // more try on a fresh one, then a 503 the client may retry. (Callbacks, not an async frame
+      // with a loop: most requests take a slot of a loaded runner at the first try.)
+      return withRunner(model, mode, signal, wish, take).catch((error: unknown) => {
+        if (!(error instanceof RunnerGone)) throw error;
+        return withRunner(model, mode, signal, wish, take).catch((again: unknown) => {
+          throw again instanceof RunnerGone ? runnerGone(modelName(model)) : again;
+        });
+      });
     },
     preload,
     async pin(model, mode) {

@@ -44,12 +44,12 @@ export class SessionSlots {
   /**
    * Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts).
    * None is queued there while agent sessions use the runner (nor for batch work, nor while it is
-   * `shared` by callers): a request in its queue takes the first slot that is idle there, and a
+   * shared by callers: `waiters.shared()`): a request in its queue takes the first slot that is idle there, and a
    * slot the table gave a follower (see affinity.ts) is idle until the follower's copy is
    * restored: taken meanwhile, the start is processed once more.
    */
-  inFlightCap(lane: Turn["lane"], shared: () => boolean): number {
-    const queued = lane === "batch" || shared() || this.sessionsRecently() ? 0 : this.ahead;
+  inFlightCap(lane: Turn["lane"], waiters: { shared(): boolean }): number {
+    const queued = lane === "batch" || waiters.shared() || this.sessionsRecently() ? 0 : this.ahead;
     return this.slots + queued;
   }
 
@@ -89,7 +89,7 @@ export class SessionSlots {
 
   /** Whether a request of an agent session came within SHARED_WINDOW_MS, or one is placed on a slot now (a prompt may take longer). */
   private sessionsRecently(): boolean {
-    return this.table.view().some((s) => s.busy) || (this.sessionAt !== undefined && Date.now() - this.sessionAt < SHARED_WINDOW_MS);
+    return this.table.anyBusy() || (this.sessionAt !== undefined && Date.now() - this.sessionAt < SHARED_WINDOW_MS);
   }
 
   /**
