@@ -122,18 +122,27 @@ export type InferOptions = {
  * One inference request: checked, admitted for its key (limits, usage), its runner leased (loaded if
  * need be) in its key's turn, forwarded. However it ends, it is counted once for its key and model.
  */
-export async function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
-  const caller = options.caller ?? deps.identify?.(request) ?? LOCAL_CALLER;
-  const account: Account = {};
+export function infer(deps: InferenceDeps, endpoint: Endpoint, request: Request, options: InferOptions = {}): Promise<Response> {
+  let caller: Caller;
   try {
-    const response = await inferFor(caller, account, deps, endpoint, request, options);
-    for (const [name, value] of Object.entries(account.ticket?.headers ?? {})) response.headers.set(name, value);
-    return response;
+    caller = options.caller ?? deps.identify?.(request) ?? LOCAL_CALLER;
   } catch (error) {
-    if (account.ticket) account.ticket.fail();
-    else deps.meter?.refused(caller, account.model);
-    throw error;
+    return Promise.reject(error);
   }
+  const account: Account = {};
+  // Callbacks, not an async frame around inferFor's: one frame and its promises less per request.
+  return inferFor(caller, account, deps, endpoint, request, options).then(
+    (response) => {
+      const headers = account.ticket?.headers;
+      if (headers) for (const name in headers) response.headers.set(name, headers[name]!);
+      return response;
+    },
+    (error: unknown) => {
+      if (account.ticket) account.ticket.fail();
+      else deps.meter?.refused(caller, account.model);
+      throw error;
+    },
+  );
 }
 
 /** Where a request is counted: the model it names once found (never a name sent, unchecked), its ticket once admitted. */

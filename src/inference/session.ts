@@ -45,10 +45,12 @@ export function prefixOf(body: unknown): string | undefined {
   if (!body || typeof body !== "object") return undefined;
   const fields = body as { system?: unknown; instructions?: unknown; tools?: unknown; messages?: unknown; input?: unknown };
   const leading = leadingSystem(fields.messages) ?? leadingSystem(fields.input);
-  const parts = [fields.system, fields.instructions, leading, fields.tools];
-  if (parts.every((part) => part === undefined || (Array.isArray(part) && part.length === 0))) return undefined;
-  return createHash("sha256").update(JSON.stringify(parts)).digest("hex").slice(0, 32);
+  // Asked of every request: one with none of the parts (a bare completion, most chats) makes nothing.
+  if (absent(fields.system) && absent(fields.instructions) && leading === undefined && absent(fields.tools)) return undefined;
+  return createHash("sha256").update(JSON.stringify([fields.system, fields.instructions, leading, fields.tools])).digest("hex").slice(0, 32);
 }
+
+const absent = (part: unknown) => part === undefined || (Array.isArray(part) && part.length === 0);
 
 /**
  * A digest of a conversation's first message after its start (Responses' `input` when a string):
@@ -69,11 +71,13 @@ const digest = (text: string) => createHash("sha256").update(text).digest("hex")
 /** The system and developer messages a list of messages or input items starts with (undefined: none). */
 function leadingSystem(list: unknown): unknown[] | undefined {
   if (!Array.isArray(list)) return undefined;
-  const leading: unknown[] = [];
-  for (const item of list) {
-    const role = item && typeof item === "object" ? (item as { role?: unknown }).role : undefined;
-    if (role !== "system" && role !== "developer") break;
-    leading.push(item);
-  }
-  return leading.length > 0 ? leading : undefined;
+  let count = 0;
+  while (count < list.length && isSystem(list[count])) count++;
+  // Counted first: a conversation that opens with the user's message (most) makes no list.
+  return count > 0 ? list.slice(0, count) : undefined;
+}
+
+function isSystem(item: unknown): boolean {
+  const role = item && typeof item === "object" ? (item as { role?: unknown }).role : undefined;
+  return role === "system" || role === "developer";
 }
