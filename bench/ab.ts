@@ -7,8 +7,8 @@ import type { RuntimeName } from "../test/support/server-process.ts";
 // Two versions of our server side by side: the same runtime, each its own stack (store, llama-server),
 // both alive for the whole run, short completions 16 at a time to one and then the other, in rounds
 // that alternate their order. What a change costs or saves per request, read in one run: runs of
-// `bench:inference` one after the other (BENCH_ENTRY) drift apart by more than the change (four
-// sequential pairs on Node read one change 8–120 µs a request worse; interleaved, it was even).
+// `bench:inference` one after the other (BENCH_ENTRY) drift apart by more than the change (two
+// pairs of runs on Node read one change 8–120 µs a request worse, both loads; interleaved, it was even).
 //
 //   BENCH_B=../other/src/index.ts npm run bench:ab   (BENCH_A: this checkout's src/index.ts;
 //                                BENCH_RUNTIME (bun), BENCH_LOAD (whole | streamed), BENCH_ROUNDS (6),
