@@ -11,6 +11,7 @@ import { KEY_HEADER } from "../slot-cache/per-key.ts";
 import { openingTooLong } from "./context-error.ts";
 import { countedAnswer, countedStream, prefillBody, processedIn } from "./prefill.ts";
 import { failed, failure } from "./runner-failure.ts";
+import { edges, meteredText, TAIL_BYTES } from "./metered-text.ts";
 
 // Forwarding one request to its runner: the body as we received it, the response as the runner
 // sends it; an SSE stream chunk by chunk (never buffered, never re-framed). The lease is released
@@ -62,9 +63,6 @@ export type Reshape = (answer: ReadableStream<Uint8Array>, runner: RunnerQuestio
  * Gateways report the same, so users can see what the proxy costs them in production.
  */
 export const OVERHEAD_HEADER = "x-llamadock-overhead-ms";
-
-/** How much of an answer's end is kept for its `timings` (llama-server's last event is under 1 KiB), and of a whole answer's start for an embedding's `usage`. */
-const TAIL_BYTES = 4096;
 
 export type ErrorEvent = (error: HttpError) => Uint8Array;
 
@@ -254,48 +252,6 @@ function stamp(headers: Headers, { clock }: Forwarded, runnerMs: number): void {
   if (!clock) return;
   const overhead = performance.now() - clock.startedAt - clock.waitedMs - runnerMs;
   headers.set(OVERHEAD_HEADER, Math.max(0, overhead).toFixed(2));
-}
-
-/**
- * What the meters read of a stream: its first chunk's start and its last chunks' end, each once. A
- * short answer's first chunk is among its last: its text is theirs, decoded once.
- */
-function meteredText(head: Uint8Array | undefined, tail: Uint8Array[], chunks: number): string {
-  if (chunks <= tail.length && bytesIn(tail) <= TAIL_BYTES) return tailText(tail);
-  return `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`;
-}
-
-function bytesIn(chunks: Uint8Array[]): number {
-  let size = 0;
-  for (const chunk of chunks) size += chunk.length;
-  return size;
-}
-
-/**
- * The text of the last TAIL_BYTES of `chunks` (a character cut at its start does not matter), in
- * one decode by the shared decoder: a decoder made per answer was a visible item of Node's profile.
- * (Decoded chunk by chunk instead, the text was a joined string, which the meters' search flattened:
- * as many bytes again.)
- */
-function tailText(chunks: Uint8Array[]): string {
-  const tails = chunks.map((chunk) => chunk.subarray(-TAIL_BYTES));
-  return utf8.decode((tails.length === 1 ? tails[0]! : joined(tails)).subarray(-TAIL_BYTES));
-}
-
-function joined(chunks: Uint8Array[]): Uint8Array {
-  const all = new Uint8Array(bytesIn(chunks));
-  let at = 0;
-  for (const chunk of chunks) all.set(chunk, (at += chunk.length) - chunk.length);
-  return all;
-}
-
-/** One decoder for whole answers (no `stream` option: it keeps no state between calls). */
-const utf8 = new TextDecoder();
-
-/** A whole answer's start and end as text: `usage` leads an embedding's answer, `timings` ends a completion's. */
-function edges(answer: Uint8Array): string {
-  if (answer.length <= 2 * TAIL_BYTES) return utf8.decode(answer);
-  return `${utf8.decode(answer.subarray(0, TAIL_BYTES))}\n${tailText([answer])}`;
 }
 
 function sseError(error: HttpError): Uint8Array {

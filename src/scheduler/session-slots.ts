@@ -44,9 +44,9 @@ export class SessionSlots {
   /**
    * Requests at llama-server at once: its slots, and those in its own queue (FIFO: see fair-queue.ts).
    * None is queued there while agent sessions use the runner (nor for batch work, nor while it is
-   * shared by callers: `waiters.shared()`): a request in its queue takes the first slot that is idle there, and a
-   * slot the table gave a follower (see affinity.ts) is idle until the follower's copy is
-   * restored: taken meanwhile, the start is processed once more.
+   * shared by callers: `waiters.shared()`): a request in its queue takes the first slot that is
+   * idle there, and a slot the table gave a follower (see affinity.ts) is idle until the
+   * follower's copy is restored: taken meanwhile, the start is processed once more.
    */
   inFlightCap(lane: Turn["lane"], waiters: { shared(): boolean }): number {
     const queued = lane === "batch" || waiters.shared() || this.sessionsRecently() ? 0 : this.ahead;

@@ -1,0 +1,48 @@
+// What the latency and usage meters read of an answer (src/inference/latency.ts,
+// src/inference/usage/): its text where llama-server puts its counts, decoded once per answer, never
+// the whole of a long one. forward.ts keeps a stream's first chunk and last chunks for it.
+
+/** How much of an answer's end is kept for its `timings` (llama-server's last event is under 1 KiB), and of a whole answer's start for an embedding's `usage`. */
+export const TAIL_BYTES = 4096;
+
+/** One decoder for whole answers (no `stream` option: it keeps no state between calls). */
+const utf8 = new TextDecoder();
+
+/**
+ * What the meters read of a stream: its first chunk's start and its last chunks' end, each once. A
+ * short answer's first chunk is among its last: its text is theirs, decoded once.
+ */
+export function meteredText(head: Uint8Array | undefined, tail: Uint8Array[], chunks: number): string {
+  if (chunks <= tail.length && bytesIn(tail) <= TAIL_BYTES) return tailText(tail);
+  return `${head ? utf8.decode(head) : ""}\n${tailText(tail)}`;
+}
+
+function bytesIn(chunks: Uint8Array[]): number {
+  let size = 0;
+  for (const chunk of chunks) size += chunk.length;
+  return size;
+}
+
+/**
+ * The text of the last TAIL_BYTES of `chunks` (a character cut at its start does not matter), in
+ * one decode by the shared decoder: a decoder made per answer was a visible item of Node's profile.
+ * (Decoded chunk by chunk instead, the text was a joined string, which the meters' search flattened:
+ * as many bytes again.)
+ */
+function tailText(chunks: Uint8Array[]): string {
+  const tails = chunks.map((chunk) => chunk.subarray(-TAIL_BYTES));
+  return utf8.decode((tails.length === 1 ? tails[0]! : joined(tails)).subarray(-TAIL_BYTES));
+}
+
+function joined(chunks: Uint8Array[]): Uint8Array {
+  const all = new Uint8Array(bytesIn(chunks));
+  let at = 0;
+  for (const chunk of chunks) all.set(chunk, (at += chunk.length) - chunk.length);
+  return all;
+}
+
+/** A whole answer's start and end as text: `usage` leads an embedding's answer, `timings` ends a completion's. */
+export function edges(answer: Uint8Array): string {
+  if (answer.length <= 2 * TAIL_BYTES) return utf8.decode(answer);
+  return `${utf8.decode(answer.subarray(0, TAIL_BYTES))}\n${tailText([answer])}`;
+}
