@@ -3,6 +3,7 @@ import { startStack, type Stack } from "../test/inference/harness.ts";
 import { detectRuntime } from "../src/runtime/index.ts";
 import { until } from "../test/support/until.ts";
 import type { RuntimeName } from "../test/support/server-process.ts";
+import { median } from "./stats.ts";
 
 // Two versions of our server side by side: the same runtime, each its own stack (store, llama-server),
 // both alive for the whole run, short completions 16 at a time to one and then the other, in rounds
@@ -53,12 +54,6 @@ async function burst(side: Side, count: number): Promise<number> {
   await Promise.all(Array.from({ length: 16 }, worker));
   return (count * 1000) / (performance.now() - began);
 }
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
 
 const sides: Side[] = [];
 try {

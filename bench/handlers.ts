@@ -10,6 +10,7 @@ import { runnerServiceEnv, startStack } from "../test/inference/harness.ts";
 import { threadMicros, threadSplit } from "./cpu.ts";
 import { adapterInference } from "./runtimes/adapter-inference.ts";
 import { callHeaders } from "./runtimes/runner-call.ts";
+import { median } from "./stats.ts";
 
 // What our handlers cost per request, in one process: the model runner's handler (guarded as on its
 // Unix socket) against the adapter step's (bench/runtimes/adapter-proxy.ts: the runner's answer
@@ -100,7 +101,6 @@ try {
       threads[side] = threadSplit(threadsBefore, threadMicros(process.pid), requests);
     }
   }
-  const median = (values: number[]) => [...values].sort((a, b) => a - b)[values.length >> 1]!;
   const list = (values: number[], digits = 0) => values.map((value) => value.toFixed(digits)).join(", ");
   console.log(`${runtime.name}, ${load}${canned ? ", the runner's answer canned" : ""} (${rounds} x ${requests} requests, ${concurrency} at a time), CPU per request in µs:`);
   for (const side of ["ours", "adapter"] as const) console.log(`  ${side.padEnd(8)} ${list(cpu[side]!)} (last round: ${threads[side]}); minor faults a request ${list(faults[side]!, 2)}`);

@@ -10,6 +10,7 @@ import { removeSocket } from "../src/runtime/socket-file.ts";
 import { startStack, type Stack } from "../test/inference/harness.ts";
 import { until } from "../test/support/until.ts";
 import { denoPermissions, startServer, type RuntimeName, type ServerProcess } from "../test/support/server-process.ts";
+import { median } from "./stats.ts";
 
 // What our endpoint costs on top of llama-server, the tiny model pulled from a real registry, the
 // same client (Bun's fetch over a Unix socket) for every side:
@@ -86,11 +87,6 @@ function post(socketPath: string, path: string, body: object, fresh = false): Pr
   });
 }
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
 const ms = (value: number) => `${value.toFixed(2)} ms`;
 const load1 = async () => (await readFile("/proc/loadavg", "utf8")).split(" ").slice(0, 3).join(" ");
 

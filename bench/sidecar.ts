@@ -4,6 +4,7 @@ import { launchEnv } from "../sidecar/binary.ts";
 import { createSupervisor, type RunnerSpec } from "../sidecar/index.ts";
 import { removeSocket } from "../src/runtime/socket-file.ts";
 import { sidecarWorld } from "../test/sidecar/harness.ts";
+import { median } from "./stats.ts";
 
 // Spawn-to-ready of the tiny model: our supervisor (stale-socket check, log, pid file, growing
 // poll interval) against the floor: llama-server spawned by hand, /health polled every 1 ms.
@@ -51,12 +52,6 @@ async function supervised(): Promise<number> {
   await sidecar.stop();
   return elapsed;
 }
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-};
 
 const times = { floor: [] as number[], supervisor: [] as number[] };
 await floor(); // warm the page cache and the binary's libraries
