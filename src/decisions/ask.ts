@@ -53,7 +53,7 @@ export async function askModel(deps: InferenceDeps, request: Request, requested:
     const acquire = (signal: AbortSignal) => deps.scheduler.acquire(model, "completion", signal, wish);
     const first = await acquire(request.signal);
     const timed = deps.metrics.timer(named, startedAt);
-    const timer = ticket ? bothTimers(timed, ticket.timer) : timed;
+    const timer = ticket ? bothTimers(timed, ticket) : timed;
     const key = deps.promptsPerKey ? caller.name : undefined;
     if (native !== undefined && isDecisionModel(model)) {
       const engine = await askEngine(first, native, { model: named, request, timeoutMs: deps.bounds.timeoutMs, key }).catch((error: unknown) => {

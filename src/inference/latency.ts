@@ -41,40 +41,63 @@ export interface Latency {
 
 export function createLatency(): Latency {
   const models = new Map<string, ModelLatency>();
-  const of = (model: string) => {
-    let entry = models.get(model);
-    if (!entry) models.set(model, (entry = { histograms: emptyHistograms(), promptTokens: 0, generationTokens: 0 }));
-    return entry;
-  };
   return {
     models: () => models,
-    timer(model, arrivedMs, now = () => performance.now()) {
-      let firstAt: number | undefined;
-      return {
-        firstByte: () => void (firstAt ??= now()),
-        end(ok, tail) {
-          if (!ok) return;
-          const entry = of(model);
-          const seconds = (now() - arrivedMs) / 1000;
-          observe(entry.histograms.e2e, seconds);
-          const timings = timingsIn(tail);
-          if (!timings) {
-            // Embeddings: no timings, the prompt's size in `usage`.
-            entry.promptTokens += Number(/"prompt_tokens":(\d+)/.exec(tail)?.[1] ?? 0);
-            if (firstAt !== undefined) observe(entry.histograms.ttft, (firstAt - arrivedMs) / 1000);
-            return;
-          }
-          entry.promptTokens += (timings.cache_n ?? 0) + (timings.prompt_n ?? 0);
-          const generated = timings.predicted_n ?? 0;
-          entry.generationTokens += generated;
-          // A whole answer has no first byte of its own: its first token came when generation began.
-          const ttft = firstAt !== undefined ? (firstAt - arrivedMs) / 1000 : Math.max(0, seconds - (timings.predicted_ms ?? 0) / 1000);
-          observe(entry.histograms.ttft, ttft);
-          if (generated > 1) observe(entry.histograms.itl, (timings.predicted_per_token_ms ?? 0) / 1000, generated - 1);
-        },
-      };
-    },
+    timer: (model, arrivedMs, now = performanceNow) => new LatencyTimer(models, model, arrivedMs, now),
   };
+}
+
+const performanceNow = () => performance.now();
+
+/**
+ * One request's timer: an object with its methods on the class, not closures made per request (a
+ * request's objects live until its answer ends, and a collection meanwhile copies each).
+ */
+class LatencyTimer implements RequestTimer {
+  #firstAt: number | undefined;
+  readonly #models: Map<string, ModelLatency>;
+  readonly #model: string;
+  readonly #arrivedMs: number;
+  readonly #now: () => number;
+
+  constructor(models: Map<string, ModelLatency>, model: string, arrivedMs: number, now: () => number) {
+    this.#models = models;
+    this.#model = model;
+    this.#arrivedMs = arrivedMs;
+    this.#now = now;
+  }
+
+  firstByte(): void {
+    this.#firstAt ??= this.#now();
+  }
+
+  end(ok: boolean, tail: string): void {
+    if (!ok) return;
+    const entry = this.entry();
+    const firstAt = this.#firstAt;
+    const seconds = (this.#now() - this.#arrivedMs) / 1000;
+    observe(entry.histograms.e2e, seconds);
+    const timings = timingsIn(tail);
+    if (!timings) {
+      // Embeddings: no timings, the prompt's size in `usage`.
+      entry.promptTokens += Number(/"prompt_tokens":(\d+)/.exec(tail)?.[1] ?? 0);
+      if (firstAt !== undefined) observe(entry.histograms.ttft, (firstAt - this.#arrivedMs) / 1000);
+      return;
+    }
+    entry.promptTokens += (timings.cache_n ?? 0) + (timings.prompt_n ?? 0);
+    const generated = timings.predicted_n ?? 0;
+    entry.generationTokens += generated;
+    // A whole answer has no first byte of its own: its first token came when generation began.
+    const ttft = firstAt !== undefined ? (firstAt - this.#arrivedMs) / 1000 : Math.max(0, seconds - (timings.predicted_ms ?? 0) / 1000);
+    observe(entry.histograms.ttft, ttft);
+    if (generated > 1) observe(entry.histograms.itl, (timings.predicted_per_token_ms ?? 0) / 1000, generated - 1);
+  }
+
+  private entry(): ModelLatency {
+    let entry = this.#models.get(this.#model);
+    if (!entry) this.#models.set(this.#model, (entry = { histograms: emptyHistograms(), promptTokens: 0, generationTokens: 0 }));
+    return entry;
+  }
 }
 
 type Timings = { cache_n?: number; prompt_n?: number; predicted_n?: number; predicted_ms?: number; predicted_per_token_ms?: number };

@@ -191,7 +191,7 @@ async function inferFor(caller: Caller, account: Account, deps: InferenceDeps, e
   const stream = (json as { stream?: unknown }).stream === true;
   const path = ENDPOINTS[endpoint].path ?? `/v1/${endpoint}`;
   const timed = TIMED.has(endpoint) ? deps.metrics.timer(name, startedAt) : undefined;
-  const timer = account.ticket ? bothTimers(timed, UNTOKENED.has(endpoint) ? tokenless(account.ticket.timer) : account.ticket.timer) : timed;
+  const timer = account.ticket ? bothTimers(timed, UNTOKENED.has(endpoint) ? tokenless(account.ticket) : account.ticket) : timed;
   const clock = { startedAt, waitedMs };
   const key = deps.promptsPerKey ? caller.name : undefined;
   return forward({ lease, model: name, path, body, request, stream, clock, bounds: deps.bounds, errorEvent: options.errorEvent, timer, key, reshape: options.reshape });

@@ -1,20 +1,19 @@
 import type { RequestTimer } from "../latency.ts";
 import type { Caller } from "../../keys/keyring.ts";
-import type { Limiter } from "../../keys/limits.ts";
+import type { Admitted, Limiter } from "../../keys/limits.ts";
 import type { Ledger } from "./ledger.ts";
-import { tokenCounts } from "./tokens.ts";
+import { tokenCounts, type TokenCounts } from "./tokens.ts";
 
 // Each inference request, counted for its key and model: admitted (or refused at a limit), then
 // ended by its answer (tokens from llama-server's counts, an error status as an error) or by a
 // failure. Every request is counted once, however it ends.
 
-/** One admitted request: its answer's end closes it through `timer`, a failure through `fail`. */
-export type Ticket = {
+/** One admitted request: its answer's end closes it (it is the answer's timer), a failure through `fail`. */
+export interface Ticket extends RequestTimer {
   /** The key's x-ratelimit-* headers, for the answer. */
-  headers: Record<string, string>;
-  timer: RequestTimer;
+  readonly headers: Record<string, string>;
   fail(): void;
-};
+}
 
 export interface Meter {
   /** Admits a request of `caller` for `model`, or throws the 429 of a limit (the caller counts it as `refused`). */
@@ -33,33 +32,72 @@ export interface Meter {
 export const UNKNOWN_MODEL = "(unknown)";
 
 export function createMeter(ledger: Ledger, limiter: Limiter): Meter {
-  const refused = (caller: Caller, model?: string) => ledger.add(caller.name, model || UNKNOWN_MODEL, { requests: 1, errors: 1 });
   return {
-    refused,
-    admit(caller, model) {
-      const admitted = limiter.admit(caller);
-      let closed = false;
-      const close = (ok: boolean, text: string) => {
-        if (closed) return;
-        closed = true;
-        const tokens = ok ? tokenCounts(text) : { prompt: 0, cached: 0, completion: 0 };
-        ledger.add(caller.name, model, { requests: 1, prompt_tokens: tokens.prompt, cached_tokens: tokens.cached, completion_tokens: tokens.completion, errors: ok ? 0 : 1 });
-        admitted.done(tokens.prompt + tokens.completion);
-      };
-      return {
-        headers: admitted.headers,
-        timer: { firstByte: () => {}, end: close },
-        fail: () => close(false, ""),
-      };
-    },
+    refused: (caller, model) => ledger.add(caller.name, model || UNKNOWN_MODEL, { requests: 1, errors: 1 }),
+    admit: (caller, model) => new Admission(ledger, caller.name, model, limiter.admit(caller)),
   };
 }
 
+/**
+ * A ticket: one object with its methods on the class, not closures made per request (they lived
+ * until the answer's end, and each collection meanwhile copied them).
+ */
+class Admission implements Ticket {
+  #closed = false;
+  readonly #ledger: Ledger;
+  readonly #key: string;
+  readonly #model: string;
+  readonly #admitted: Admitted;
+
+  constructor(ledger: Ledger, key: string, model: string, admitted: Admitted) {
+    this.#ledger = ledger;
+    this.#key = key;
+    this.#model = model;
+    this.#admitted = admitted;
+  }
+
+  get headers(): Record<string, string> {
+    return this.#admitted.headers;
+  }
+
+  firstByte(): void {}
+
+  end(ok: boolean, text: string): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    const tokens = ok ? tokenCounts(text) : NO_TOKENS;
+    this.#ledger.add(this.#key, this.#model, { requests: 1, prompt_tokens: tokens.prompt, cached_tokens: tokens.cached, completion_tokens: tokens.completion, errors: ok ? 0 : 1 });
+    this.#admitted.done(tokens.prompt + tokens.completion);
+  }
+
+  fail(): void {
+    this.end(false, "");
+  }
+}
+
+const NO_TOKENS: TokenCounts = Object.freeze({ prompt: 0, cached: 0, completion: 0 });
+
 /** Both timers told of the same answer. */
 export function bothTimers(a: RequestTimer | undefined, b: RequestTimer): RequestTimer {
-  if (!a) return b;
-  return {
-    firstByte: () => (a.firstByte(), b.firstByte()),
-    end: (ok, text) => (a.end(ok, text), b.end(ok, text)),
-  };
+  return a ? new BothTimers(a, b) : b;
+}
+
+class BothTimers implements RequestTimer {
+  readonly #a: RequestTimer;
+  readonly #b: RequestTimer;
+
+  constructor(a: RequestTimer, b: RequestTimer) {
+    this.#a = a;
+    this.#b = b;
+  }
+
+  firstByte(): void {
+    this.#a.firstByte();
+    this.#b.firstByte();
+  }
+
+  end(ok: boolean, text: string): void {
+    this.#a.end(ok, text);
+    this.#b.end(ok, text);
+  }
 }
