@@ -38,4 +38,9 @@ describe("a field spliced into a body as it came", () => {
     expect(JSON.parse(text(withLeadingField(bytes("{ }"), "n", 1)))).toEqual({ n: 1 });
     expect(text(withLeadingField(bytes("[1]"), "n", 1))).toBe("[1]");
   });
+
+  it("keeps the body's own characters whole, and refuses a field name that is not ASCII (ours are)", () => {
+    expect(JSON.parse(text(withLeadingField(bytes('{"text":"été ✓"}'), "id_slot", 2)))).toEqual({ id_slot: 2, text: "été ✓" });
+    expect(() => withLeadingField(bytes("{}"), "été", 1)).toThrow(/not ASCII/);
+  });
 });
