@@ -65,7 +65,7 @@ export async function textAtMost(response: Response, limit: number, refuse: () =
 
 /** A body a dialect rewrote, as the bytes to send on, under the same limit as one read from a client. */
 export function encodeJson(value: unknown, limit: number): Uint8Array<ArrayBuffer> {
-  const bytes = new TextEncoder().encode(JSON.stringify(value));
+  const bytes = encoder.encode(JSON.stringify(value)) as Uint8Array<ArrayBuffer>;
   if (bytes.byteLength > limit) throw tooLarge(limit);
   return bytes;
 }
