@@ -141,9 +141,9 @@ export const Settings = z.object({
   // that frees starts the next there, without a round trip through us. 12, not 4: with 4, half of
   // 16 short requests in flight waited with us, and our CPU per request was 25-70 µs higher (the
   // same syscalls: we think llama-server's queue ran dry and each hand-over woke it), Node's
-  // completions at 0.76 of a bare proxy against 0.87-0.98 (docs/benchmarks.md, eleventh stretch). Requests go ahead only while one key uses the runner
-  // and none names a session or has a start (src/scheduler/session-slots.ts): shared runners and
-  // agents keep theirs in the fair queue.
+  // completions at 0.76 of a bare proxy against 0.87-0.98 (docs/benchmarks.md, eleventh stretch).
+  // Requests go ahead only while one key uses the runner and none names a session or has a start
+  // (src/scheduler/session-slots.ts): shared runners and agents keep theirs in the fair queue.
   INFERENCE_RUNNER_QUEUE: z.coerce.number().int().nonnegative().max(256).default(12),
   // Compute threads per runner; unset: the CPU cores shared among the runners loaded.
   INFERENCE_THREADS: z.coerce.number().int().min(1).max(1024).optional(),
