@@ -44,6 +44,13 @@ describe("latency", () => {
     expect(timingsIn('{"usage":{"prompt_tokens":3}}')).toBeUndefined();
   });
 
+  it("reads the timings' counts and times as JSON writes them, and nothing outside the object", () => {
+    const text = '{"timings":{"cache_n": 7 ,"prompt_n":1e2,"predicted_n":-1,"predicted_ms":12.5e-1,"predicted_per_token_ms":},"prompt_n":9}';
+    expect(timingsIn(text)).toEqual({ cache_n: 7, prompt_n: 100, predicted_n: -1, predicted_ms: 1.25 });
+    expect(timingsIn('{"timings":{"draft_prompt_n":5}}')).toEqual({});
+    expect(timingsIn('{"timings":{"prompt_n":3')).toBeUndefined();
+  });
+
   it("times a stream from its first byte, a whole answer from where generation began", () => {
     let now = 1000;
     const latency = createLatency();
