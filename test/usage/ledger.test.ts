@@ -26,7 +26,7 @@ describe("the ledger", () => {
     const dir = folder();
     const path = join(dir, "usage.json");
     let day = new Date("2026-01-01T23:59:00Z");
-    const ledger = openLedger(path, LEDGER_BOUNDS, () => day);
+    const ledger = openLedger(path, LEDGER_BOUNDS, () => day.getTime());
     ledger.add("alice", "ai/a", { requests: 1, prompt_tokens: 5, cached_tokens: 4, completion_tokens: 3 });
     ledger.add("alice", "ai/a", { requests: 1, errors: 1 });
     day = new Date("2026-01-02T00:01:00Z");
@@ -51,7 +51,7 @@ describe("the ledger", () => {
     const path = join(dir, "usage.json");
     const old = { day: "2026-01-01", key: "alice", model: "ai/a", requests: 1, prompt_tokens: 5, completion_tokens: 3, errors: 0 };
     writeFileSync(path, JSON.stringify({ version: 1, rows: [old] }));
-    expect(openLedger(path, LEDGER_BOUNDS, () => new Date("2026-01-01T12:00:00Z")).rows()).toEqual([{ ...old, cached_tokens: 0 }]);
+    expect(openLedger(path, LEDGER_BOUNDS, () => Date.parse("2026-01-01T12:00:00Z")).rows()).toEqual([{ ...old, cached_tokens: 0 }]);
   });
 
   it("a file it cannot read is moved aside and counting starts afresh", () => {
@@ -63,7 +63,7 @@ describe("the ledger", () => {
 });
 
 describe("the ledger's bounds", () => {
-  const day = (n: number) => new Date(Date.UTC(2026, 0, n, 12));
+  const day = (n: number) => Date.UTC(2026, 0, n, 12);
   /** `adds`: [day of the month, key, model]; the rows left and what was dropped. */
   it.each([
     ["under both bounds: all kept", { maxRows: 10, keepDays: 30 }, [[1, "a", "m"], [2, "a", "m"], [2, "b", "m"]], ["01 a", "02 a", "02 b"], { age: 0, rows: 0 }],

@@ -17,7 +17,7 @@ const dir = mkdtempSync(join(tmpdir(), "llamadock-sessions-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const NOW = Date.parse("2026-03-04T12:00:00Z");
-const ledger = openLedger(join(dir, "usage.json"), { maxRows: 100, keepDays: 30 }, () => new Date(NOW));
+const ledger = openLedger(join(dir, "usage.json"), { maxRows: 100, keepDays: 30 }, () => NOW);
 ledger.add("alice", "ai/agent:latest", { requests: 2, prompt_tokens: 5000, cached_tokens: 4200, completion_tokens: 40 });
 ledger.add("bob", "ai/agent:latest", { requests: 1, prompt_tokens: 900, cached_tokens: 0, completion_tokens: 9 });
 // An error only (a model not found): no prompt, nothing to show.

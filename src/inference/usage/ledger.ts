@@ -45,7 +45,7 @@ const EMPTY: UsageCounts = { requests: 0, prompt_tokens: 0, cached_tokens: 0, co
  * The ledger kept in `path`, read back from it once, at start (a missing file is an empty ledger;
  * one that cannot be read is moved aside, told, and started afresh: usage never stops the server).
  */
-export function openLedger(path: string, bounds: LedgerBounds, now: () => Date = () => new Date()): Ledger {
+export function openLedger(path: string, bounds: LedgerBounds, now: () => number = () => Date.now()): Ledger {
   // Oldest day first, as rows made from now on follow: the map's first row is always the oldest.
   const read = readRows(path).sort((a, b) => a.day.localeCompare(b.day));
   const rows = new Map<string, UsageRow>(read.map((row) => [rowKey(row.day, row.key, row.model), row]));
@@ -77,10 +77,9 @@ export function openLedger(path: string, bounds: LedgerBounds, now: () => Date =
   let dayNumber = Number.NaN;
   let dayName = "";
   const today = () => {
-    const date = now();
-    const number = Math.floor(date.getTime() / DAY_MS);
+    const number = Math.floor(now() / DAY_MS);
     if (number !== dayNumber) {
-      [dayNumber, dayName] = [number, date.toISOString().slice(0, 10)];
+      [dayNumber, dayName] = [number, new Date(number * DAY_MS).toISOString().slice(0, 10)];
       dropOlderThan(new Date((number - bounds.keepDays + 1) * DAY_MS).toISOString().slice(0, 10));
     }
     return dayName;
@@ -104,7 +103,12 @@ export function openLedger(path: string, bounds: LedgerBounds, now: () => Date =
         // The map's first row is the oldest (made first); never the one just made, as maxRows >= 1.
         trim();
       }
-      for (const field of Object.keys(EMPTY) as (keyof UsageCounts)[]) row[field] += counts[field] ?? 0;
+      // Field by field, not a loop over the names: each request adds a row's counts.
+      row.requests += counts.requests ?? 0;
+      row.prompt_tokens += counts.prompt_tokens ?? 0;
+      row.cached_tokens += counts.cached_tokens ?? 0;
+      row.completion_tokens += counts.completion_tokens ?? 0;
+      row.errors += counts.errors ?? 0;
       dirty = true;
       // Unref'd: a pending write never keeps the process up (flush at stop writes it).
       if (!timer) (timer = setTimeout(write, WRITE_DELAY_MS)).unref?.();
