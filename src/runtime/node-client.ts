@@ -24,7 +24,10 @@ export type Call = { origin: string; path: string; method: string; headers: Reco
  * (node:http's client) or read by the transport itself (undici-send.ts: it follows the call's
  * signal and fails as fetch does on its own).
  */
-export type Answer = { status: number; headers: IncomingHttpHeaders; body: Readable | BodySource };
+export type Answer = { status: number; headers: IncomingHttpHeaders | RawHeaders; body: Readable | BodySource };
+
+/** Headers as node:http's `rawHeaders` has them: name, value, name, value..., names as sent. */
+type RawHeaders = string[];
 
 /** A fetch over `send`; rejects as fetch does (a TypeError with the cause, or the signal's reason). */
 export function callFetch(send: (call: Call) => Promise<Answer>): typeof fetch {
@@ -93,7 +96,8 @@ export const nodeHttpSend =
       const onAbort = () => (reject(signal?.reason), call.destroy());
       const call = httpRequest({ ...target, agent, method, path, headers }, (response) => {
         signal?.removeEventListener("abort", onAbort);
-        resolve({ status: response.statusCode ?? 502, headers: response.headers, body: response });
+        // Its raw list, not `headers`: that object is built on first read, a keyed store per header.
+        resolve({ status: response.statusCode ?? 502, headers: response.rawHeaders, body: response });
       });
       if (signal) listenForAbort(signal, onAbort);
       call.once("error", (error) => (signal?.removeEventListener("abort", onAbort), reject(error)));
@@ -116,19 +120,29 @@ async function wholeBody(body: BodyInit): Promise<Uint8Array> {
 
 const INFLATERS: Record<string, () => NodeJS.ReadWriteStream> = { gzip: createGunzip, "x-gzip": createGunzip, deflate: createInflate, br: createBrotliDecompress };
 
-function webResponse({ status, headers, body }: Answer, signal: AbortSignal | undefined): Response {
+/** Answer headers as name-value pairs, names in lower case (as node:http's and undici's objects have them). */
+function pairsOf(headers: Answer["headers"]): [string, string][] {
   const pairs: [string, string][] = [];
+  if (Array.isArray(headers)) {
+    for (let i = 0; i < headers.length; i += 2) pairs.push([headers[i]!.toLowerCase(), headers[i + 1]!]);
+    return pairs;
+  }
   for (const name in headers) {
     const value = headers[name];
     if (Array.isArray(value)) for (const each of value) pairs.push([name, each]);
     else if (value !== undefined) pairs.push([name, value]);
   }
+  return pairs;
+}
+
+function webResponse({ status, headers, body }: Answer, signal: AbortSignal | undefined): Response {
+  const pairs = pairsOf(headers);
   if (!(body instanceof Readable)) return LightResponse.streamed(body, { status, headers: pairs });
   if (NULL_BODY.has(status)) {
     body.resume();
     return new LightResponse(null, { status, headers: pairs }) as unknown as Response;
   }
-  const encoding = headers["content-encoding"];
+  const encoding = pairs.find(([name]) => name === "content-encoding")?.[1];
   const inflate = typeof encoding === "string" ? INFLATERS[encoding.trim().toLowerCase()] : undefined;
   const source = inflate ? (pipeline(body, inflate(), () => {}) as unknown as Readable) : body;
   return LightResponse.streamed(bodySource(source, body, signal), { status, headers: pairs });
