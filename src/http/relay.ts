@@ -94,6 +94,14 @@ export function relay(
       return source.read().then(arrived, failed);
     },
     cancel: end,
+    // A chunk at hand passes as a read's would; a failure (the runner died) is left to `read`.
+    take() {
+      if (after !== undefined || died.aborted || !source.take) return undefined;
+      const chunk = source.take();
+      if (!chunk) return undefined;
+      stalled.read();
+      return arrived(chunk) as ReadableStreamReadResult<Uint8Array>;
+    },
   };
 }
 

@@ -10,6 +10,12 @@
 export type ChunkReader = {
   read(): Promise<ReadableStreamReadResult<Uint8Array>>;
   cancel(reason?: unknown): Promise<void>;
+  /**
+   * What a read would get now, taken without a promise: a chunk at hand, or the end; undefined
+   * when a read would wait or fail (then `read` tells). A short answer's chunks come in one socket
+   * read: taken in one loop, not one promise and one job each on each reader along the way.
+   */
+  take?(): ReadableStreamReadResult<Uint8Array> | undefined;
 };
 
 /** On a Response: its body's own reader, where it has one (undefined: read its `body`). */
@@ -116,16 +122,22 @@ export class ChunkQueue implements ChunkReader {
   }
 
   read(): Promise<ReadableStreamReadResult<Uint8Array>> {
+    const now = this.take();
+    if (now) return Promise.resolve(now);
+    if (this.#failed && !this.#cancelled) return Promise.reject(this.#error);
+    this.#wanted();
+    return new Promise(this.#wait);
+  }
+
+  take(): ReadableStreamReadResult<Uint8Array> | undefined {
     if (this.#kept.length > 0) {
       const value = this.#kept.shift()!;
       this.#keptBytes -= value.byteLength;
       if (this.#kept.length === 0 || this.#keptBytes < this.#limit) this.#wanted();
-      return Promise.resolve({ done: false, value });
+      return { done: false, value };
     }
-    if (this.#failed && !this.#cancelled) return Promise.reject(this.#error);
-    if (this.#ended || this.#cancelled) return Promise.resolve(DONE);
-    this.#wanted();
-    return new Promise(this.#wait);
+    if (this.#failed && !this.#cancelled) return undefined;
+    return this.#ended || this.#cancelled ? DONE : undefined;
   }
 
   cancel(reason?: unknown): Promise<void> {

@@ -103,8 +103,11 @@ class StreamedSend {
     return this;
   }
 
+  /** The chunks at hand taken at once (see ChunkReader's `take`), then a read for the next. */
   #readNext(): void {
-    this.#reader.read().then(this.#next, this.#failed);
+    const reader = this.#reader;
+    for (let chunk = reader.take?.(); chunk; chunk = reader.take?.()) if (!this.#took(chunk)) return;
+    reader.read().then(this.#next, this.#failed);
   }
 
   /** The client left: the body is cancelled (a stream that produces on its own would go on for nobody). */
@@ -131,13 +134,22 @@ class StreamedSend {
   };
 
   readonly #next = (chunk: Read): void => {
-    if (this.#over) return;
-    if (chunk.done) return this.#end(this.#held);
-    this.#turnEnded(); // the first chunk, if its turn has not ended yet
-    if (this.#over) return;
-    if (this.#write(chunk.value)) this.#readNext();
-    else if (!this.#over) this.#res.once("drain", this.#drained);
+    if (this.#took(chunk)) this.#readNext();
   };
+
+  /** Sends a chunk read (or ends the answer); whether to read on now (no end, no full socket). */
+  #took(chunk: Read): boolean {
+    if (this.#over) return false;
+    if (chunk.done) {
+      this.#end(this.#held);
+      return false;
+    }
+    this.#turnEnded(); // the first chunk, if its turn has not ended yet
+    if (this.#over) return false;
+    if (this.#write(chunk.value)) return true;
+    if (!this.#over) this.#res.once("drain", this.#drained);
+    return false;
+  }
 
   readonly #drained = (): void => {
     if (!this.#over) this.#readNext();

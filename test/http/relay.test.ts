@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { relay } from "../../src/http/relay.ts";
-import { streamOf, type ChunkReader } from "../../src/runtime/chunks.ts";
+import { ChunkQueue, streamOf, type ChunkReader } from "../../src/runtime/chunks.ts";
 
 // The relay on its own: a source that stalls while its runner dies, one that ends, a client that leaves.
 
@@ -28,6 +28,27 @@ describe("relay", () => {
     const relayed = relay(source.getReader(), { died: new AbortController().signal, clientGone: new AbortController().signal }, () => done++, async () => undefined);
     expect(await text(relayed)).toBe("data: 1\n\ndata: 2\n\n");
     expect(done).toBe(1);
+  });
+
+  it("hands on the chunks at hand without a promise, shown each and done called once, and leaves a dead runner's end to a read", async () => {
+    const queue = new ChunkQueue({ pause() {}, resume() {}, cancel() {} });
+    const shown: number[] = [];
+    let done = 0;
+    const relayed = relay(queue, { died: new AbortController().signal, clientGone: new AbortController().signal }, () => done++, async () => undefined, (chunk) => shown.push(chunk.length));
+    expect(relayed.take!()).toBeUndefined();
+    queue.push(bytes("data: 1\n\n"));
+    queue.push(bytes("data: [DONE]\n\n"));
+    queue.end();
+    const taken = [relayed.take!(), relayed.take!(), relayed.take!()];
+    expect(taken.map((chunk) => chunk?.done)).toEqual([false, false, true]);
+    expect([shown, done]).toEqual([[9, 14], 1]);
+    const died = new AbortController();
+    const dying = new ChunkQueue({ pause() {}, resume() {}, cancel() {} });
+    dying.push(bytes("data: 1\n\n"));
+    const last = relay(dying, { died: died.signal, clientGone: new AbortController().signal }, () => {}, async () => bytes("data: the end\n\n"));
+    died.abort(new Error("the runner died"));
+    expect(last.take!()).toBeUndefined();
+    expect(await text(last)).toBe("data: the end\n\n");
   });
 
   it("ends a read that waits on a runner that died with its last words, and cancels the source", async () => {

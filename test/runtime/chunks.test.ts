@@ -73,6 +73,26 @@ describe("a chunk queue", () => {
     expect(ended.calls).toEqual([]);
   });
 
+  it("gives what a read would get now without a promise, and nothing where a read would wait or fail", () => {
+    const { queue, calls } = watched(0);
+    expect(queue.take()).toBeUndefined();
+    queue.push(bytes("a"));
+    queue.push(bytes("b"));
+    expect(calls).toEqual(["pause"]);
+    expect([text(queue.take()!), calls]).toEqual(["a", ["pause"]]);
+    expect([text(queue.take()!), calls]).toEqual(["b", ["pause", "resume"]]);
+    expect(queue.take()).toBeUndefined();
+    queue.end();
+    expect([text(queue.take()!), text(queue.take()!)]).toEqual(["(done)", "(done)"]);
+    const failed = watched().queue;
+    failed.push(bytes("c"));
+    failed.fail(new Error("reset"));
+    expect([text(failed.take()!), failed.take()]).toEqual(["c", undefined]);
+    const cancelled = watched().queue;
+    void cancelled.cancel();
+    expect(text(cancelled.take()!)).toBe("(done)");
+  });
+
   it("reads as a web stream, a chunk per pull, and cancels through it", async () => {
     const { queue, calls } = watched(0);
     queue.push(bytes("one "));
