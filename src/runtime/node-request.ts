@@ -100,6 +100,9 @@ function native(request: Lazy): Request {
   return (request[NATIVE] = new Request(request[URL_], init));
 }
 
+/** A Buffer as a plain Uint8Array over the same bytes. */
+const viewOf = (buffer: Buffer) => new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
+
 /** The whole body, straight from the socket: no web stream in between. */
 function wholeBody(request: Lazy): Promise<Buffer> {
   if (request[READ]) return Promise.reject(new TypeError("Body is unusable: Body has already been read"));
@@ -145,7 +148,9 @@ const direct: Record<string, PropertyDescriptor> = {
   headers: { get: function (this: Lazy) { return (this[HEADERS] ??= headersOf(this[SOURCE].rawHeaders)); } },
   bodyUsed: { get: function (this: Lazy) { return this[NATIVE] ? this[NATIVE].bodyUsed : Boolean(this[READ]); } },
   arrayBuffer: { value: async function (this: Lazy) { return this[NATIVE] ? this[NATIVE].arrayBuffer() : arrayBufferOf(await wholeBody(this)); } },
-  bytes: { value: async function (this: Lazy) { return this[NATIVE] ? new Uint8Array(await this[NATIVE].arrayBuffer()) : new Uint8Array(arrayBufferOf(await wholeBody(this))); } },
+  // The bytes as they came off the socket (a view, not a copy: under Node a buffer of over 64 bytes
+  // costs 1-4 µs to make), without an async frame of its own.
+  bytes: { value: function (this: Lazy) { return this[NATIVE] ? this[NATIVE].bytes() : wholeBody(this).then(viewOf); } },
   text: { value: async function (this: Lazy) { return this[NATIVE] ? this[NATIVE].text() : utf8.decode(await wholeBody(this)); } },
   json: { value: async function (this: Lazy) { return JSON.parse(await this.text()); } },
 };

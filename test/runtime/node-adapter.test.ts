@@ -98,6 +98,11 @@ async function handler(request: Request): Promise<Response> {
       { headers: { "content-type": "application/octet-stream" } },
     );
   }
+  if (path === "/bytes") {
+    // The body's own bytes (a view of what came off the socket): exactly the body, as a plain Uint8Array.
+    const bytes = await request.bytes();
+    return Response.json({ text: new TextDecoder().decode(bytes), length: bytes.length, plain: bytes.constructor === Uint8Array });
+  }
   if (path === "/native") return new NativeResponse("from the native class", { headers: { "x-native": "yes" } });
   if (path === "/empty") return new Response(null, { status: 204 });
   return new Response("not found", { status: 404 });
@@ -118,8 +123,14 @@ function call(path: string, init: { method?: string; body?: string; headers?: Re
   });
 }
 
+/** The handler as served: one path throws before any promise (a bug of ours), the rest as `handler`. */
+const served = (request: Request): Promise<Response> => {
+  if (new URL(request.url).pathname === "/throws") throw new Error("a bug");
+  return handler(request);
+};
+
 beforeAll(async () => {
-  listener = await nodeRuntime.serve(handler, { kind: "tcp", hostname: "127.0.0.1", port: 0 }, { headersTimeoutMs: 5_000, bodyIdleTimeoutMs: 5_000, maxConnections: 16, overloaded: () => new Response("overloaded", { status: 503 }), stalledBody: () => new Error("body stalled") });
+  listener = await nodeRuntime.serve(served, { kind: "tcp", hostname: "127.0.0.1", port: 0 }, { headersTimeoutMs: 5_000, bodyIdleTimeoutMs: 5_000, maxConnections: 16, overloaded: () => new Response("overloaded", { status: 503 }), stalledBody: () => new Error("body stalled") });
   base = listener.address;
 });
 afterAll(async () => {
@@ -141,6 +152,19 @@ describe("through node:http", () => {
     expect(answer.headers["content-type"]).toBe("application/json");
     expect(answer.headers["content-length"]).toBe(String(Buffer.byteLength(answer.text)));
     expect(JSON.parse(answer.text)).toEqual({ body: { a: 1 }, method: "POST", header: "hi", isRequest: true, used: true });
+  });
+
+  it("a body read as bytes is the body's bytes alone, whether it came with its headers or in pieces", async () => {
+    const whole = await call("/bytes", { method: "POST", body: '{"a":"é"}', headers: { "content-type": "application/json" } });
+    expect(JSON.parse(whole.text)).toEqual({ text: '{"a":"é"}', length: 10, plain: true });
+    const pieces = await call("/bytes", { method: "POST", chunked: ["one ", "two"] });
+    expect(JSON.parse(pieces.text)).toEqual({ text: "one two", length: 7, plain: true });
+  });
+
+  it("a handler that throws at once gets the internal error, and the server serves on", async () => {
+    const failed = await call("/throws");
+    expect([failed.status, JSON.parse(failed.text).error.code]).toEqual([500, "internal_error"]);
+    expect((await call("/json", { method: "POST", body: "{}" })).status).toBe(200);
   });
 
   it("a body read as a stream, sent in chunks with no length, arrives whole", async () => {
