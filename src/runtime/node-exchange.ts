@@ -28,6 +28,10 @@ export function serveExchange(handler: FetchHandler, req: IncomingMessage, res: 
   res.once("close", onClose);
   const request = lazyRequest(req, departed.signal, deadline);
   if (!request) return void res.writeHead(400, { "content-type": "application/json" }).end(BAD_REQUEST);
+  // The handler runs in a job, not at once: node:http emits the request when its headers are
+  // parsed, before the body that came in the same packet; a job later that body is in the buffer,
+  // taken whole (node-request.ts). Called at once, it waited on the stream (measured: a streamed
+  // completion's CPU 7% worse side by side, though one promise fewer).
   Promise.resolve()
     .then(() => handler(request))
     .then(
