@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { idleClock, type BodyDeadline } from "./body-deadline.ts";
-import { pacedStream, readWhole } from "./paced-stream.ts";
+import { pacedStream, readWhole, viewOf } from "./paced-stream.ts";
 import { arrayBufferOf, utf8 } from "./node-response.ts";
 
 // A node:http request as the fetch handler's Request, made only as far as the handler looks at
@@ -99,9 +99,6 @@ function native(request: Lazy): Request {
   }
   return (request[NATIVE] = new Request(request[URL_], init));
 }
-
-/** A Buffer as a plain Uint8Array over the same bytes. */
-const viewOf = (buffer: Buffer) => new Uint8Array(buffer.buffer, buffer.byteOffset, buffer.byteLength);
 
 /** The whole body, straight from the socket: no web stream in between. */
 function wholeBody(request: Lazy): Promise<Buffer> {

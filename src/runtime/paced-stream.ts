@@ -20,6 +20,9 @@ export type PacedHooks = {
   idle?: { ms: number; stalled(): unknown };
 };
 
+/** A Buffer as a plain Uint8Array over the same bytes (no copy). */
+export const viewOf = (buffer: Buffer): Uint8Array<ArrayBuffer> => new Uint8Array(buffer.buffer as ArrayBuffer, buffer.byteOffset, buffer.byteLength);
+
 export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream<Uint8Array> {
   let cancelled = false;
   let clock: IdleClock | undefined;
@@ -37,7 +40,7 @@ export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream
         }
         source.on("data", (chunk: Buffer) => {
           if (cancelled) return;
-          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+          controller.enqueue(viewOf(chunk));
           if ((controller.desiredSize ?? 0) > 0) return clock?.wait();
           source.pause();
           clock?.hold();
@@ -73,7 +76,7 @@ export function pacedStream(source: Readable, hooks: PacedHooks): ReadableStream
  */
 export function pacedReader(source: Readable, { settled, failure, cancel }: Omit<PacedHooks, "idle">): ChunkReader {
   const queue = new ChunkQueue({ pause: () => source.pause(), resume: () => source.resume(), cancel });
-  source.on("data", (chunk: Buffer) => queue.push(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength)));
+  source.on("data", (chunk: Buffer) => queue.push(viewOf(chunk)));
   source.once("end", () => (settled?.(), queue.end()));
   source.once("error", (error) => (settled?.(), queue.fail(failure ? failure(error) : error)));
   return queue;
